@@ -1,0 +1,9 @@
+/* ubatch: the C core. This header includes one header per module; the CFFI cdef is generated
+ * from the cdef:begin/cdef:end blocks of these headers, in include order (ubatch/_build_ffi.py). */
+#ifndef UBATCH_H
+#define UBATCH_H
+
+#include "ub_common.h"
+#include "ub_alloc.h"
+
+#endif

@@ -1,0 +1,6 @@
+"""ubatch: llama.cpp's batch planner — batch validation, split strategies, KV-cache placement and the
+decode loop — with the hot paths in C (CFFI)."""
+from ubatch.errors import BatchError, KVCacheFullError, SplitError, UbatchError
+from ubatch.batch import Batch
+
+__all__ = ["Batch", "BatchError", "KVCacheFullError", "SplitError", "UbatchError"]

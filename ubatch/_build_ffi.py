@@ -1,0 +1,56 @@
+"""CFFI build script (out-of-line API mode): compiles csrc/*.c into ubatch._native.
+
+The cdef is generated from the C headers themselves: starting at csrc/ubatch.h, every
+`#include "x.h"` is followed in order and the text between `/* cdef:begin */` and
+`/* cdef:end */` is taken. One source of truth: the headers.
+"""
+import glob
+import os
+import re
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join(os.path.dirname(HERE), "csrc")
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+_BLOCK = re.compile(r"/\* cdef:begin \*/(.*?)/\* cdef:end \*/", re.S)
+
+
+def cdef_from_headers(root: str = "ubatch.h") -> str:
+    seen, parts = set(), []
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        with open(os.path.join(CSRC, name)) as f:
+            text = f.read()
+        for line in text.splitlines():
+            m = _INCLUDE.match(line)
+            if m:
+                visit(m.group(1))
+        parts.extend(_BLOCK.findall(text))
+
+    visit(root)
+    return "\n".join(parts)
+
+
+def _extra_compile_args() -> list:
+    args = ["-O2", "-std=c99", "-Wall", "-Wextra", "-pthread"]
+    args += os.environ.get("UBATCH_CFLAGS", "").split()
+    return args
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_from_headers())
+ffibuilder.set_source(
+    "ubatch._native",
+    '#include "ubatch.h"',
+    sources=sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in glob.glob(os.path.join(CSRC, "*.c"))),
+    include_dirs=[CSRC],
+    extra_compile_args=_extra_compile_args(),
+    extra_link_args=["-pthread", "-lm"] + os.environ.get("UBATCH_LDFLAGS", "").split(),
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
