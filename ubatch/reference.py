@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch.batch import KIND_EMBD, KIND_TOKEN, Batch
-from ubatch.errors import BatchError, SplitError
+from ubatch.errors import BatchError, SplitError, UbatchError
 
 LLAMA_MAX_SEQ = 256
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
@@ -119,8 +119,11 @@ class ReferenceAllocator:
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         if isinstance(n_seq_max, (bool, np.bool_)) or not isinstance(n_seq_max, (int, np.integer)):
             raise TypeError(f"n_seq_max must be an int, got {type(n_seq_max).__name__}")
-        if n_vocab is not None and (isinstance(n_vocab, (bool, np.bool_)) or not isinstance(n_vocab, (int, np.integer))):
-            raise TypeError(f"n_vocab must be an int or None, got {type(n_vocab).__name__}")
+        if n_vocab is not None:
+            if isinstance(n_vocab, (bool, np.bool_)) or not isinstance(n_vocab, (int, np.integer)):
+                raise TypeError(f"n_vocab must be an int or None, got {type(n_vocab).__name__}")
+            if not 1 <= n_vocab <= _I32_MAX:
+                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}], got {n_vocab}")
         st = self._build_state(batch, int(n_seq_max), None if n_vocab is None else int(n_vocab),
                                bool(output_all), memory)
         self._st = st              # commit: nothing above touched self
@@ -137,13 +140,18 @@ class ReferenceAllocator:
         if n_seq_max > LLAMA_MAX_SEQ:
             raise BatchError(f"n_seq_max = {n_seq_max} > {LLAMA_MAX_SEQ}")
         if n_seq_max < 1:
-            raise BatchError(f"n_seq_max = {n_seq_max} must be >= 1")
+            raise BatchError(f"n_seq_max = {n_seq_max} < 1")
 
         # Appendix A, step 1: every row must have the same content types as row 0.
         has_token, has_embd = self._content_types(batch, n)
-        if has_embd and not has_token and batch.n_pos_per_embd != n_pos:
-            raise BatchError(f"embedding batch has n_pos_per_embd = {batch.n_pos_per_embd}, "
-                             f"the allocator has n_pos_per_embd = {n_pos}")
+        if not has_token:   # embedding positions are read section by section (§3.6)
+            if batch._pos is not None and batch.n_pos_per_embd != n_pos:
+                raise BatchError(f"embedding batch has {batch.n_pos_per_embd} position section(s) per row, "
+                                 f"the allocator needs n_pos_per_embd = {n_pos}")
+            if batch._pos is None and n_pos > 1:
+                # llama.cpp reads pos[j*n_tokens + i] for j up to n_pos-1 out of bounds here (Appendix B.6).
+                raise BatchError(f"an embedding batch for a model with {n_pos} position sections needs explicit "
+                                 f"positions (automatic positions only fill one section)")
         token = np.array(batch._token[:n], dtype=np.int32) if has_token else None
         embd = np.array(batch._embd[:n], dtype=np.float32) if has_embd else None
 
@@ -179,10 +187,6 @@ class ReferenceAllocator:
             else:
                 pos[:, :] = batch._pos[:, :n]
         else:
-            if not has_token and n_pos > 1:
-                # llama.cpp reads pos[j*n_tokens + i] for j up to n_pos-1 out of bounds here.
-                raise BatchError(f"an embedding batch with n_pos_per_embd = {n_pos} needs explicit positions "
-                                 f"(all {n_pos} sections); automatic positions are not supported")
             p_next = {}
             for i in range(n):
                 s = seq_rows[i][0]
@@ -190,7 +194,7 @@ class ReferenceAllocator:
                     p_next[s] = (int(memory.seq_pos_max(s)) + 1) if memory is not None else 0
                 p = p_next[s]
                 if p > _I32_MAX:
-                    raise BatchError(f"automatic position of row {i} (sequence {s}) = {p} does not fit in int32")
+                    raise BatchError(f"automatic position of token {i} (seq {s}) overflows int32")
                 pos[:, i] = p
                 p_next[s] = p + 1
 
@@ -283,14 +287,13 @@ class ReferenceAllocator:
             has_token, has_embd = batch._token is not None, batch._embd is not None
         else:
             def desc(k: int) -> str:
-                parts = [w for bit, w in ((KIND_TOKEN, "a token id"), (KIND_EMBD, "an embedding")) if k & bit]
-                return " and ".join(parts) if parts else "neither a token id nor an embedding"
+                return {KIND_TOKEN: "a token id", KIND_EMBD: "an embedding"}.get(k, "both")
 
             k0 = int(batch._kind[0])
             for i in range(1, n):
                 if int(batch._kind[i]) != k0:
-                    raise BatchError(f"all entries in the batch must have the same content types: row {i} has "
-                                     f"{desc(int(batch._kind[i]))}, row 0 has {desc(k0)}")
+                    raise BatchError(f"all entries in the batch must have the same content types (row {i} has "
+                                     f"{desc(int(batch._kind[i]))}, row 0 has {desc(k0)})")
             has_token, has_embd = bool(k0 & KIND_TOKEN), bool(k0 & KIND_EMBD)
             has_token = has_token and batch._token is not None
             has_embd = has_embd and batch._embd is not None
@@ -307,9 +310,9 @@ class ReferenceAllocator:
                 f" for M-RoPE, it is required that the position satisfies: {rule}")
 
     # ================================================================== read access
-    def _state(self) -> _State:
+    def _state(self, what: str = "split") -> _State:
         if self._st is None:
-            raise RuntimeError("the allocator has no batch: call init(batch, ...) before splitting")
+            raise UbatchError(f"{what} called before a successful init")
         return self._st
 
     @property
@@ -331,12 +334,16 @@ class ReferenceAllocator:
     @property
     def pos(self) -> np.ndarray:
         """Normalised positions int32[n_pos, n_tokens] (automatic ones filled in)."""
-        return self._state().pos.copy()
+        if self._st is None:
+            return np.zeros((self.n_pos_per_embd, 0), np.int32)
+        return self._st.pos.copy()
 
     @property
     def output(self) -> np.ndarray:
         """Normalised output flags int8[n_tokens] (after the output_all override)."""
-        return self._state().output.copy()
+        if self._st is None:
+            return np.zeros(0, np.int8)
+        return self._st.output.copy()
 
     def seq_ids(self, i: int) -> np.ndarray:
         """The normalised (ascending, distinct) seq ids of batch row i."""
@@ -352,7 +359,7 @@ class ReferenceAllocator:
     # ================================================================== splits (§4)
     def split_reset(self) -> None:
         """§4.1: forget every emitted ubatch."""
-        st = self._state()
+        st = self._state("split_reset")
         self._used = [False] * st.n_tokens
         self._n_used = 0
         self._out_ids = []
@@ -391,10 +398,12 @@ class ReferenceAllocator:
                     strict: bool = True) -> Optional[RefUBatch]:
         """§4.3: n_seqs disjoint sequence sets, the same number of tokens from each."""
         n_ubatch = _check_count("n_ubatch", n_ubatch, 1)
-        n_keep_tail = _check_count("n_keep_tail", n_keep_tail, 0)
-        if n_keep_tail >= n_ubatch:   # llama.cpp: GGML_ASSERT(n_ubatch > n_keep_tail)
-            raise BatchError(f"n_keep_tail = {n_keep_tail} must be < n_ubatch = {n_ubatch}")
         st = self._state()
+        if isinstance(n_keep_tail, (bool, np.bool_)) or not isinstance(n_keep_tail, (int, np.integer)):
+            raise TypeError(f"n_keep_tail must be an int, got {type(n_keep_tail).__name__}")
+        n_keep_tail = int(n_keep_tail)
+        if not 0 <= n_keep_tail < n_ubatch:   # llama.cpp: GGML_ASSERT(n_ubatch > n_keep_tail) (an abort)
+            raise BatchError(f"n_keep_tail = {n_keep_tail} must be >= 0 and < n_ubatch = {n_ubatch}")
         if sequential and st.coupled:
             raise SplitError(MSG_SEQUENTIAL_COUPLED)
 
