@@ -1,0 +1,27 @@
+"""The `ubatch` command line: one sub-command per module of this package."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from ubatch.cli import plan
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ubatch", description="llama.cpp's batch planner, in C, from Python")
+    sub = ap.add_subparsers(dest="command", required=True)
+    plan.add_parser(sub)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `ubatch plan ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
