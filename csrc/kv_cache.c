@@ -61,6 +61,7 @@ void ub_kv_free(ub_kv *kv) {
     free(kv->head); free(kv->used); free(kv->used_max_p1); free(kv->has_shift);
     free(kv->stream_ep); free(kv->js); free(kv->jc); free(kv->copies);
     free(kv->plan_ns); free(kv->plan_per); free(kv->plan_off); free(kv->plan_data);
+    free(kv->mlist);
     free(kv);
 }
 

@@ -77,6 +77,10 @@ struct ub_kv {
     int32_t *plan_data;
     int64_t plan_len, plan_cap_data;
 
+    /* scratch of the mask builder: cells of each seq (CSR) */
+    int32_t *mlist;
+    int64_t mlist_cap;
+
     char err[UB_ERR_LEN];
 };
 

@@ -183,6 +183,13 @@ void ub_kv_clear(ub_kv *kv) {
     kv->plan_n = 0;
 }
 
+int32_t ub_kv_has_update(const ub_kv *kv) {
+    if (kv->n_copies) return 1;
+    for (int32_t st = 0; st < kv->n_stream; st++)
+        if (kv->has_shift[st]) return 1;
+    return 0;
+}
+
 /* copies int32[2*n_copies] (src, dst pairs, in queue order) or NULL when the queue is empty;
  * shift int32[n_stream*size] receives every cell's pending shift when any stream has one (*has_shift
  * = 1). Then the queue is emptied and every shift cleared (llama.cpp's update + reset_shift). */

@@ -57,6 +57,7 @@ void ub_kv_clear(ub_kv *kv);
  * cell's shift to shift int32[n_stream*size] and sets *has_shift = 1 (else 0, shift untouched); then the
  * queue and all shifts are cleared. */
 int32_t ub_kv_n_copies(const ub_kv *kv);
+int32_t ub_kv_has_update(const ub_kv *kv);          /* 1 when copies are queued or a shift is pending */
 int ub_kv_take_update(ub_kv *kv, int32_t *copies, int32_t *shift, int32_t *has_shift);
 
 /* Transactions: every change made between begin and commit/rollback is journaled; rollback restores

@@ -93,7 +93,7 @@ def test_mask_matches_rules(cfg, seed):
     # the ubatch under test: one or two tokens per seq continuing each seq
     pos, sids = [], []
     for s in range(n_seq):
-        for t in range(int(rng.integers(1, 3))):
+        for t in range(int(rng.integers(1, 5)) if seed % 2 else int(rng.integers(1, 3))):
             pos.append(max(nxt[s], kv.seq_pos_max(s) + 1) + t); sids.append([s])
     p = np.stack([np.array(pos), rng.integers(0, 4, len(pos)), rng.integers(0, 4, len(pos)),
                   np.zeros(len(pos), int)]) if n_pos > 1 else pos

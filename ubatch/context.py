@@ -113,11 +113,11 @@ class Context:
 
         # outputs of the last successful decode
         self._out_ids = np.zeros(0, np.int32)           # batch indices, emission (ubatch) order
-        self._output_ids = np.full(n_batch, -1, np.int32)
+        self._output_ids: Optional[np.ndarray] = np.full(n_batch, -1, np.int32)
         self._n_outputs = 0
         self._rows_logits: Optional[np.ndarray] = None  # rows in emission order until reordered
         self._rows_embd: Optional[np.ndarray] = None
-        self._reorder: Optional[np.ndarray] = None      # pending permutation (the selection-sort swaps)
+        self._reorder = None    # pending permutation (= the selection-sort swaps); False: not derived yet
         self._embd_seq: Dict[int, np.ndarray] = {}
         self._last_ubatches: List[UBatch] = []
 
@@ -138,7 +138,7 @@ class Context:
     @property
     def output_ids(self) -> np.ndarray:
         """int32[n_batch]: output row of each batch index (-1 = not an output), a copy."""
-        return self._output_ids.copy()
+        return self._ids().copy()
 
     @property
     def output_swaps(self) -> List[tuple]:
@@ -228,15 +228,13 @@ class Context:
         return 0
 
     def _finish(self, alloc: BatchAllocator, ubs: List[UBatch], results: list) -> None:
-        out_ids = alloc.out_ids
-        n_out = len(out_ids)
+        """Output bookkeeping (llama.cpp decode step 15). output_ids and the reorder permutation are
+        derived lazily from out_ids on first use."""
         self._last_ubatches = ubs
-        self._out_ids = out_ids
-        self._n_outputs = n_out
-        self._output_ids = np.full(self.n_batch, -1, np.int32)
-        order = np.argsort(out_ids, kind="stable")
-        self._output_ids[out_ids[order]] = np.arange(n_out, dtype=np.int32)
-        self._reorder = None if n_out < 2 or np.all(order == np.arange(n_out)) else order
+        self._out_ids = alloc.out_ids
+        self._n_outputs = len(self._out_ids)
+        self._output_ids = None
+        self._reorder = None if self._n_outputs < 2 else False     # False: not computed yet
         self._rows_logits = None
         self._rows_embd = None
         self._embd_seq = {}
@@ -250,11 +248,24 @@ class Context:
             if r.embd_seq:
                 self._embd_seq.update(r.embd_seq)
 
+    def _ids(self) -> np.ndarray:
+        if self._output_ids is None:
+            ids = np.full(self.n_batch, -1, np.int32)
+            order = np.argsort(self._out_ids, kind="stable")
+            ids[self._out_ids[order]] = np.arange(self._n_outputs, dtype=np.int32)
+            self._output_ids = ids
+        return self._output_ids
+
     # ------------------------------------------------------------------ outputs
     def _apply_reorder(self) -> None:
         """llama.cpp's output_reorder: the pending swaps, applied once to every row buffer."""
         if self._reorder is None:
             return
+        if self._reorder is False:
+            order = np.argsort(self._out_ids, kind="stable")
+            self._reorder = None if np.array_equal(order, np.arange(self._n_outputs)) else order
+            if self._reorder is None:
+                return
         if self._rows_logits is not None:
             self._rows_logits = self._rows_logits[self._reorder]
         if self._rows_embd is not None:
@@ -268,9 +279,10 @@ class Context:
             if j < 0:
                 raise IndexError(f"invalid {what} id {i}, reason: negative index out of range [0, {self._n_outputs})")
             return j
-        if i >= len(self._output_ids):
-            raise IndexError(f"invalid {what} id {i}, reason: out of range [0, {len(self._output_ids)})")
-        j = int(self._output_ids[i])
+        ids = self._ids()
+        if i >= len(ids):
+            raise IndexError(f"invalid {what} id {i}, reason: out of range [0, {len(ids)})")
+        j = int(ids[i])
         if j < 0:
             raise IndexError(f"invalid {what} id {i}, reason: batch.logits[{i}] != true")
         if j >= self._n_outputs:

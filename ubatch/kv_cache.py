@@ -225,13 +225,15 @@ class KVCache:
         return int(lib.ub_kv_n_copies(self._handle()))
 
     def has_pending_update(self) -> bool:
-        h = self._handle()
-        return lib.ub_kv_n_copies(h) > 0 or any(lib.ub_kv_has_shift(h, s) for s in range(self._n_stream))
+        """True when stream copies are queued or a K-shift is pending."""
+        return bool(lib.ub_kv_has_update(self._handle()))
 
     def take_update(self) -> Tuple[List[Tuple[int, int]], Optional[np.ndarray]]:
         """Hands out and clears the pending update: the queued (src_stream, dst_stream) copies in order,
         and the per-cell shift int32[n_stream, size] (None when no stream has a pending shift)."""
         h = self._handle()
+        if not lib.ub_kv_has_update(h):
+            return [], None
         nc = lib.ub_kv_n_copies(h)
         copies = np.empty(max(2 * nc, 1), np.int32)
         shift = np.empty((self._n_stream, self._size), np.int32)
