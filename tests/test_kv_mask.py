@@ -140,3 +140,26 @@ def test_mask_unified_example_spec_7_1():
     assert set(np.nonzero(pl.mask[0, 0] == 0)[0].tolist()) == {5, 6, 7, 8}
     assert set(np.nonzero(pl.mask[0, 2] == 0)[0].tolist()) == {10}
     kv._rollback()
+
+
+@pytest.mark.parametrize("swa,n_swa,n_pos", [("none", 0, 1), ("standard", 3, 1), ("chunked", 4, 4), ("none", 0, 4)])
+@pytest.mark.parametrize("seed", range(3))
+def test_mask_streams_many_rows_per_group(swa, n_swa, n_pos, seed):
+    """Non-unified groups of 3..5 rows (the per-seq cell-list path of the C builder)."""
+    rng = np.random.default_rng(seed + 77)
+    kv = KVCache(3, 40, swa_type=swa, n_swa=n_swa)
+    random_fill(rng, kv, n_pos, 3)
+    m = int(rng.integers(3, 6))
+    pos = [kv.seq_pos_max(s) + 1 + t for s in range(3) for t in range(m)]
+    sids = [s for s in range(3) for _ in range(m)]
+    p = np.stack([np.array(pos), rng.integers(0, 4, len(pos)), rng.integers(0, 4, len(pos)),
+                  np.zeros(len(pos), int)]) if n_pos > 1 else pos
+    ubs = ubatches(kv, p, sids, n_ubatch=64, n_pos=n_pos)
+    assert ubs[0].n_seq_tokens == m
+    kv._prepare(ubs)
+    kv._begin()
+    kv._apply(0, ubs[0])
+    pl = kv._placement(0, ubs[0])
+    assert pl.mask.shape[:2] == (3, m)
+    np.testing.assert_array_equal(pl.mask, reference_mask(kv, ubs[0], pl.streams, pl.n_kv))
+    kv._rollback()
