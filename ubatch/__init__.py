@@ -2,5 +2,7 @@
 decode loop — with the hot paths in C (CFFI)."""
 from ubatch.errors import BatchError, KVCacheFullError, SplitError, UbatchError
 from ubatch.batch import Batch
+from ubatch.allocator import BatchAllocator
+from ubatch.ubatch_view import UBatch
 
-__all__ = ["Batch", "BatchError", "KVCacheFullError", "SplitError", "UbatchError"]
+__all__ = ["Batch", "BatchAllocator", "BatchError", "KVCacheFullError", "SplitError", "UBatch", "UbatchError"]

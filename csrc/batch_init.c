@@ -1,0 +1,410 @@
+/* Batch allocator: handle lifetime and init (validation + normalisation), llama-batch.md §3.
+ * The checks run in llama.cpp's order: content types (Appendix A), V1-V3, F1-F4, S1-S3, C1-C3. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_state.h"
+
+/* Creates an empty allocator for a model with n_pos_per_embd position sections (1, 3 or 4).
+ * Returns NULL on OOM or a bad n_pos_per_embd. Caller frees with ub_alloc_free. */
+ub_alloc *ub_alloc_new(int32_t n_pos_per_embd) {
+    if (n_pos_per_embd < 1 || n_pos_per_embd > 4) return NULL;
+    ub_alloc *a = calloc(1, sizeof(*a));
+    if (a) a->n_pos_per_embd = n_pos_per_embd;
+    return a;
+}
+
+/* Frees the allocator and its normalised batch (NULL is fine). Ubatches already returned stay valid. */
+void ub_alloc_free(ub_alloc *a) {
+    if (!a) return;
+    ub_norm_free(a->cur);
+    free(a);
+}
+
+const char *ub_alloc_error(const ub_alloc *a) { return a ? a->err : "null allocator"; }
+const char *ub_alloc_warning(const ub_alloc *a) { return a ? a->warn : ""; }
+
+/* Records a printf-style message in a->err and returns code. */
+int ub_alloc_fail(ub_alloc *a, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->err, sizeof(a->err), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* Frees every array of a normalised batch (NULL is fine). */
+void ub_norm_free(ub_norm *nb) {
+    if (!nb) return;
+    free(nb->token); free(nb->embd); free(nb->pos); free(nb->output);
+    free(nb->seq_off); free(nb->seq_id); free(nb->seq_set);
+    free(nb->tok_group); free(nb->grp_off); free(nb->grp_tok); free(nb->grp_cur);
+    free(nb->used); free(nb->out_ids); free(nb->scratch);
+    free(nb);
+}
+
+/* Forgets every split done since init: no row used, no output emitted. */
+void ub_norm_split_reset(ub_norm *nb) {
+    memset(nb->used, 0, (size_t)nb->n_tokens);
+    memset(nb->grp_cur, 0, sizeof(int32_t) * (size_t)(nb->n_groups > 0 ? nb->n_groups : 1));
+    nb->n_used = 0;
+    nb->first_unused = 0;
+    nb->n_out_ids = 0;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Sorts ids[0..n) ascending in place and drops duplicates; returns the new length. */
+static int32_t sort_unique(int32_t *ids, int32_t n) {
+    if (n > 16) {
+        qsort(ids, (size_t)n, sizeof(int32_t), cmp_i32);
+    } else {
+        for (int32_t i = 1; i < n; i++) {
+            int32_t v = ids[i], j = i - 1;
+            while (j >= 0 && ids[j] > v) { ids[j + 1] = ids[j]; j--; }
+            ids[j + 1] = v;
+        }
+    }
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (m == 0 || ids[m - 1] != ids[i]) ids[m++] = ids[i];
+    return m;
+}
+
+static uint64_t hash_set(const uint64_t *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (int w = 0; w < UB_SEQ_WORDS; w++) { h ^= s[w]; h *= 1099511628211ull; h ^= h >> 29; }
+    return h;
+}
+
+/* Groups rows by their exact seq set (llama.cpp's seq_set_map). Single-id rows use a direct table,
+ * multi-id rows an open-addressing hash of the 256-bit set. Fills tok_group, grp_off, grp_tok.
+ * Returns 0 or UB_E_NOMEM. */
+static int build_groups(ub_norm *nb) {
+    int32_t n = nb->n_tokens;
+    int32_t single[UB_MAX_SEQ];
+    for (int s = 0; s < UB_MAX_SEQ; s++) single[s] = -1;
+    int32_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    int32_t *table = NULL;      /* slot -> group, -1 empty; allocated lazily */
+    int32_t *rep = malloc(sizeof(int32_t) * (size_t)n);   /* group -> a representative row */
+    int32_t *count = calloc((size_t)n + 1, sizeof(int32_t));
+    if (!rep || !count) { free(rep); free(count); return UB_E_NOMEM; }
+    int32_t ng = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t g;
+        if (nb->seq_off[i + 1] - nb->seq_off[i] == 1) {
+            int32_t s = nb->seq_id[nb->seq_off[i]];
+            if (single[s] < 0) { single[s] = ng; rep[ng++] = i; }
+            g = single[s];
+        } else {
+            if (!table) {
+                table = malloc(sizeof(int32_t) * (size_t)cap);
+                if (!table) { free(rep); free(count); return UB_E_NOMEM; }
+                for (int32_t k = 0; k < cap; k++) table[k] = -1;
+            }
+            const uint64_t *set = nb->seq_set + (size_t)i * UB_SEQ_WORDS;
+            uint64_t slot = hash_set(set) & (uint64_t)(cap - 1);
+            for (;;) {
+                int32_t gg = table[slot];
+                if (gg < 0) { table[slot] = ng; rep[ng] = i; g = ng++; break; }
+                if (ub_set_equal(nb->seq_set + (size_t)rep[gg] * UB_SEQ_WORDS, set)) { g = gg; break; }
+                slot = (slot + 1) & (uint64_t)(cap - 1);
+            }
+        }
+        nb->tok_group[i] = g;
+        count[g + 1]++;
+    }
+    free(table);
+    free(rep);
+    nb->n_groups = ng;
+    nb->grp_off = malloc(sizeof(int32_t) * ((size_t)ng + 1));
+    nb->grp_cur = calloc((size_t)ng + 1, sizeof(int32_t));
+    if (!nb->grp_off || !nb->grp_cur) { free(count); return UB_E_NOMEM; }
+    nb->grp_off[0] = 0;
+    for (int32_t g = 0; g < ng; g++) nb->grp_off[g + 1] = nb->grp_off[g] + count[g + 1];
+    for (int32_t g = 0; g < ng; g++) count[g] = nb->grp_off[g];
+    for (int32_t i = 0; i < n; i++) nb->grp_tok[count[nb->tok_group[i]]++] = i;
+    free(count);
+    return UB_OK;
+}
+
+/* Exact count of distinct section-0 positions of seq s (used only for seqs whose positions are not
+ * non-decreasing in batch order). Returns -1 on OOM. */
+static int64_t distinct_positions(const ub_norm *nb, int32_t s) {
+    int32_t n = nb->n_tokens, m = 0;
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)n);
+    if (!buf) return -1;
+    for (int32_t i = 0; i < n; i++)
+        if (ub_set_has(nb->seq_set + (size_t)i * UB_SEQ_WORDS, s)) buf[m++] = nb->pos[i];
+    int64_t d = sort_unique(buf, m);
+    free(buf);
+    return d;
+}
+
+#define FAIL(...) do { rc = ub_alloc_fail(a, UB_E_BATCH, __VA_ARGS__); goto done; } while (0)
+#define NOMEM() do { rc = ub_alloc_fail(a, UB_E_NOMEM, "out of memory while initialising a batch of %d tokens", n); goto done; } while (0)
+
+/* Validates and normalises batch b into a fresh ub_norm; installs it only on success (a failed init
+ * leaves the allocator as it was). b's arrays are read, never kept. mem_min/mem_max: int32[n_seq_max]
+ * or NULL. Messages follow llama.cpp's wording without the "init: " prefix. */
+int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_seq_max, int32_t output_all,
+                  const int32_t *mem_min, const int32_t *mem_max) {
+    if (!a) return UB_E_ARG;
+    a->err[0] = 0;
+    a->warn[0] = 0;
+    if (!b) return ub_alloc_fail(a, UB_E_ARG, "no batch given");
+    int32_t n = b->n_tokens;
+    int rc = UB_OK;
+    ub_norm *nb = NULL;
+    if (n <= 0) return ub_alloc_fail(a, UB_E_BATCH, "n_tokens == 0: the batch is empty");
+    /* V1 */
+    if (n_seq_max > UB_MAX_SEQ) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d > %d", n_seq_max, UB_MAX_SEQ);
+    if (n_seq_max < 1) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d < 1", n_seq_max);
+
+    /* content types (Appendix A): every row must carry what row 0 carries */
+    int has_token, has_embd;
+    if (b->row_kind) {
+        uint8_t k0 = b->row_kind[0];
+        for (int32_t i = 1; i < n; i++)
+            if (b->row_kind[i] != k0)
+                return ub_alloc_fail(a, UB_E_BATCH, "all entries in the batch must have the same content types "
+                                     "(row %d has %s, row 0 has %s)", i,
+                                     b->row_kind[i] == 1 ? "a token id" : b->row_kind[i] == 2 ? "an embedding" : "both",
+                                     k0 == 1 ? "a token id" : k0 == 2 ? "an embedding" : "both");
+        has_token = (k0 & 1) != 0;
+        has_embd = (k0 & 2) != 0;
+    } else {
+        has_token = b->token != NULL;
+        has_embd = b->embd != NULL;
+    }
+    if (!has_token && !has_embd) return ub_alloc_fail(a, UB_E_BATCH, "batch has neither token ids nor embeddings");
+    if (has_token && !b->token) return ub_alloc_fail(a, UB_E_ARG, "token rows without a token array");
+    if (has_embd && (!b->embd || b->n_embd <= 0))
+        return ub_alloc_fail(a, UB_E_BATCH, "embedding rows need n_embd >= 1 (got %d)", b->n_embd);
+    if (b->pos && (b->n_pos < 1 || b->pos_stride < n))
+        return ub_alloc_fail(a, UB_E_ARG, "pos has %d sections with stride %d for %d tokens", b->n_pos, b->pos_stride, n);
+    int32_t n_pos = a->n_pos_per_embd;
+    if (!has_token) {
+        if (b->pos && b->n_pos != n_pos)
+            return ub_alloc_fail(a, UB_E_BATCH, "embedding batch has %d position section(s) per row, the allocator "
+                                 "needs n_pos_per_embd = %d", b->n_pos, n_pos);
+        if (!b->pos && n_pos > 1)
+            return ub_alloc_fail(a, UB_E_BATCH, "an embedding batch for a model with %d position sections needs explicit "
+                                 "positions (automatic positions only fill one section)", n_pos);
+    }
+
+    /* V2 */
+    if (has_token && n_vocab > 0)
+        for (int32_t i = 0; i < n; i++)
+            if (b->token[i] < 0 || b->token[i] >= n_vocab)
+                return ub_alloc_fail(a, UB_E_BATCH, "invalid token[%d] = %d", i, b->token[i]);
+
+    nb = calloc(1, sizeof(*nb));
+    if (!nb) NOMEM();
+    nb->n_tokens = n;
+    nb->n_pos = n_pos;
+    nb->n_seq_max = n_seq_max;
+    nb->n_embd = has_embd ? b->n_embd : 0;
+    nb->seq_off = malloc(sizeof(int32_t) * ((size_t)n + 1));
+    nb->seq_set = calloc((size_t)n * UB_SEQ_WORDS, sizeof(uint64_t));
+    nb->pos = malloc(sizeof(int32_t) * (size_t)n * (size_t)n_pos);
+    nb->output = malloc((size_t)n);
+    nb->tok_group = malloc(sizeof(int32_t) * (size_t)n);
+    nb->grp_tok = malloc(sizeof(int32_t) * (size_t)n);
+    nb->used = calloc((size_t)n, 1);
+    nb->out_ids = malloc(sizeof(int32_t) * (size_t)n);
+    nb->scratch = malloc(sizeof(int32_t) * 4 * (size_t)n);
+    if (!nb->seq_off || !nb->seq_set || !nb->pos || !nb->output || !nb->tok_group || !nb->grp_tok || !nb->used ||
+        !nb->out_ids || !nb->scratch)
+        NOMEM();
+
+    /* normalise the seq ids (ascending sets), then V3 in that order */
+    if (b->seq_off) {
+        if (b->seq_off[0] != 0) FAIL("seq_off[0] = %d, expected 0", b->seq_off[0]);
+        for (int32_t i = 0; i < n; i++) {
+            int32_t k = b->seq_off[i + 1] - b->seq_off[i];
+            if (k < 1) FAIL("row %d has no sequence id", i);
+        }
+        int64_t total = b->seq_off[n];
+        nb->seq_id = malloc(sizeof(int32_t) * (size_t)(total > 0 ? total : 1));
+        if (!nb->seq_id) NOMEM();
+        int32_t w = 0;
+        nb->seq_off[0] = 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t k = b->seq_off[i + 1] - b->seq_off[i];
+            memcpy(nb->seq_id + w, b->seq_id + b->seq_off[i], sizeof(int32_t) * (size_t)k);
+            k = sort_unique(nb->seq_id + w, k);
+            for (int32_t j = 0; j < k; j++) {
+                int32_t s = nb->seq_id[w + j];
+                if (s < 0 || s >= n_seq_max) FAIL("invalid seq_id[%d][%d] = %d >= %d", i, j, s, n_seq_max);
+                ub_set_add(nb->seq_set + (size_t)i * UB_SEQ_WORDS, s);
+            }
+            w += k;
+            nb->seq_off[i + 1] = w;
+        }
+    } else {   /* F1/F2: every row in seq 0 */
+        nb->seq_id = calloc((size_t)n, sizeof(int32_t));
+        if (!nb->seq_id) NOMEM();
+        for (int32_t i = 0; i < n; i++) {
+            nb->seq_off[i + 1] = i + 1;
+            nb->seq_set[(size_t)i * UB_SEQ_WORDS] = 1;
+        }
+        nb->seq_off[0] = 0;
+    }
+
+    /* token ids and embedding rows: owned copies */
+    if (has_token) {
+        nb->token = malloc(sizeof(int32_t) * (size_t)n);
+        if (!nb->token) NOMEM();
+        memcpy(nb->token, b->token, sizeof(int32_t) * (size_t)n);
+    }
+    if (has_embd) {
+        size_t ne = (size_t)n * (size_t)b->n_embd;
+        nb->embd = malloc(sizeof(float) * ne);
+        if (!nb->embd) NOMEM();
+        memcpy(nb->embd, b->embd, sizeof(float) * ne);
+    }
+
+    /* F3: positions, section-major [n_pos, n]; token rows broadcast section 0 */
+    if (b->pos) {
+        if (has_token) {
+            for (int32_t j = 0; j < n_pos; j++) memcpy(nb->pos + (size_t)j * n, b->pos, sizeof(int32_t) * (size_t)n);
+        } else {
+            for (int32_t j = 0; j < n_pos; j++)
+                memcpy(nb->pos + (size_t)j * n, b->pos + (size_t)j * b->pos_stride, sizeof(int32_t) * (size_t)n);
+        }
+    } else {
+        int64_t p_next[UB_MAX_SEQ];
+        for (int32_t s = 0; s < n_seq_max; s++) p_next[s] = mem_max ? (int64_t)mem_max[s] + 1 : 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t s0 = nb->seq_id[nb->seq_off[i]];   /* primary = smallest id; only it advances */
+            if (p_next[s0] > INT32_MAX) FAIL("automatic position of token %d (seq %d) overflows int32", i, s0);
+            nb->pos[i] = (int32_t)p_next[s0];
+            p_next[s0] = p_next[s0] + 1;
+        }
+        for (int32_t j = 1; j < n_pos; j++) memcpy(nb->pos + (size_t)j * n, nb->pos, sizeof(int32_t) * (size_t)n);
+    }
+
+    /* F4: output flags */
+    if (!b->output) {
+        for (int32_t i = 0; i < n; i++) nb->output[i] = output_all ? 1 : (i == n - 1);
+    } else {
+        int any_zero = 0;
+        for (int32_t i = 0; i < n; i++) {
+            nb->output[i] = b->output[i] != 0;
+            any_zero |= !nb->output[i];
+        }
+        if (output_all && any_zero) {
+            snprintf(a->warn, sizeof(a->warn),
+                     "embeddings required but some input tokens were not marked as outputs -> overriding");
+            memset(nb->output, 1, (size_t)n);
+        }
+    }
+
+    /* S1/S2: outputs, per-seq ranges, coupling, monotonicity */
+    uint64_t cpl[UB_MAX_SEQ][UB_SEQ_WORDS];
+    memset(cpl, 0, sizeof(cpl));
+    int32_t last[UB_MAX_SEQ];
+    int64_t distinct[UB_MAX_SEQ];
+    uint8_t monotone[UB_MAX_SEQ];
+    for (int s = 0; s < UB_MAX_SEQ; s++) {
+        nb->seq_pmin[s] = -1; nb->seq_pmax[s] = -1; distinct[s] = 0; monotone[s] = 1;
+    }
+    int32_t first_decreasing_tok = -1, first_decreasing_seq = -1;
+    for (int32_t i = 0; i < n; i++) {
+        nb->n_outputs += nb->output[i];
+        int32_t p = nb->pos[i];
+        int32_t k0 = nb->seq_off[i], k1 = nb->seq_off[i + 1];
+        if (k1 - k0 > 1) nb->has_cpl = 1;
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t s = nb->seq_id[k];
+            if (k > k0) ub_set_add(cpl[nb->seq_id[k0]], s);
+            if (distinct[s] == 0) {
+                nb->seq_pmin[s] = nb->seq_pmax[s] = p;
+                distinct[s] = 1;
+            } else {
+                if (p < nb->seq_pmin[s]) nb->seq_pmin[s] = p;
+                if (p > nb->seq_pmax[s]) nb->seq_pmax[s] = p;
+                if (p < last[s]) {
+                    monotone[s] = 0;
+                    if (first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
+                } else if (p != last[s]) {
+                    distinct[s]++;
+                }
+            }
+            last[s] = p;
+        }
+        for (int w = 0; w < UB_SEQ_WORDS; w++) nb->present[w] |= nb->seq_set[(size_t)i * UB_SEQ_WORDS + w];
+    }
+
+    /* S3: rows grouped by seq set */
+    rc = build_groups(nb);
+    if (rc != UB_OK) NOMEM();
+
+    /* C1: positions against the memory; continuity */
+    for (int32_t s = 0; s < n_seq_max; s++) {
+        if (!ub_set_has(nb->present, s)) continue;
+        int32_t X = mem_max ? mem_max[s] : -1, Y = nb->seq_pmin[s];
+        if (n_pos > 1) {
+            if (X >= 0 && (has_token ? X >= Y : X > Y))
+                FAIL("the tokens of sequence %d in the input batch have inconsistent sequence positions:\n"
+                     " - the last position stored in the memory module of the context (i.e. the KV cache) for sequence %d is X = %d\n"
+                     " - the tokens for sequence %d in the input batch have a starting position of Y = %d\n"
+                     " for M-RoPE, it is required that the position satisfies: %s",
+                     s, s, X, s, Y, has_token ? "X < Y" : "X <= Y");
+            continue;
+        }
+        if (mem_max && X >= 0 && (int64_t)Y != (int64_t)X + 1)
+            FAIL("the tokens of sequence %d in the input batch have inconsistent sequence positions:\n"
+                 " - the last position stored in the memory module of the context (i.e. the KV cache) for sequence %d is X = %d\n"
+                 " - the tokens for sequence %d in the input batch have a starting position of Y = %d\n"
+                 " it is required that the sequence positions remain consecutive: Y = X + 1",
+                 s, s, X, s, Y);
+        int64_t d = monotone[s] ? distinct[s] : distinct_positions(nb, s);
+        if (d < 0) NOMEM();
+        if ((int64_t)nb->seq_pmax[s] - nb->seq_pmin[s] + 1 > d) FAIL("sequence %d positions are not continuous", s);
+    }
+    /* C2: coupled sequences must agree in the memory */
+    if (mem_min && mem_max && nb->has_cpl) {
+        for (int32_t s0 = 0; s0 < n_seq_max; s0++)
+            for (int32_t s1 = 0; s1 < n_seq_max; s1++)
+                if (ub_set_has(cpl[s0], s1) && (mem_min[s0] != mem_min[s1] || mem_max[s0] != mem_max[s1]))
+                    FAIL("sequence %d is coupled to %d in the input batch, but have divereged", s0, s1);
+    }
+    /* C3: positions of a sequence must not decrease in batch order (the subset rule can never fire) */
+    if (first_decreasing_tok >= 0) FAIL("sequence %d positions are decreasing (not allowed)", first_decreasing_seq);
+
+done:
+    if (rc != UB_OK) {
+        ub_norm_free(nb);
+        return rc;
+    }
+    ub_norm_free(a->cur);
+    a->cur = nb;
+    ub_norm_split_reset(nb);
+    return UB_OK;
+}
+
+int32_t ub_alloc_n_tokens(const ub_alloc *a) { return a && a->cur ? a->cur->n_tokens : 0; }
+int32_t ub_alloc_n_used(const ub_alloc *a) { return a && a->cur ? a->cur->n_used : 0; }
+int32_t ub_alloc_n_outputs(const ub_alloc *a) { return a && a->cur ? a->cur->n_outputs : 0; }
+int32_t ub_alloc_n_out_ids(const ub_alloc *a) { return a && a->cur ? a->cur->n_out_ids : 0; }
+int32_t ub_alloc_n_pos(const ub_alloc *a) { return a && a->cur ? a->cur->n_pos : (a ? a->n_pos_per_embd : 0); }
+int32_t ub_alloc_has_coupled(const ub_alloc *a) { return a && a->cur ? a->cur->has_cpl : 0; }
+const int32_t *ub_alloc_out_ids(const ub_alloc *a) { return a && a->cur ? a->cur->out_ids : NULL; }
+const int32_t *ub_alloc_pos(const ub_alloc *a) { return a && a->cur ? a->cur->pos : NULL; }
+const int8_t *ub_alloc_output(const ub_alloc *a) { return a && a->cur ? a->cur->output : NULL; }
+const int32_t *ub_alloc_seq_off(const ub_alloc *a) { return a && a->cur ? a->cur->seq_off : NULL; }
+const int32_t *ub_alloc_seq_id(const ub_alloc *a) { return a && a->cur ? a->cur->seq_id : NULL; }
+int32_t ub_alloc_seq_pos_min(const ub_alloc *a, int32_t s) {
+    return a && a->cur && s >= 0 && s < UB_MAX_SEQ ? a->cur->seq_pmin[s] : -1;
+}
+int32_t ub_alloc_seq_pos_max(const ub_alloc *a, int32_t s) {
+    return a && a->cur && s >= 0 && s < UB_MAX_SEQ ? a->cur->seq_pmax[s] : -1;
+}
