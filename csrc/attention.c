@@ -10,32 +10,35 @@
 #include "ub_compute.h"
 #include "attn_kernels.h"
 
-/* q: nq pointers to float[hd]; kt: float[hd][CB]; s: float[nq][CB] written. */
-void ub_attn_scores_generic(const float *const *q, int nq, const float *kt, int hd, float *s) {
+/* q: nq pointers to float[hd]; k: cb rows at stride ks; s: float[nq][CB] written for c < cb. */
+void ub_attn_scores_generic(const float *const *q, int nq, const float *k, int64_t ks, int cb, int hd, float *s) {
     for (int i = 0; i < nq; i++) {
-        float a[UB_ATTN_CB];
         const float *restrict qi = q[i];
-        for (int c = 0; c < UB_ATTN_CB; c++) a[c] = 0.0f;
-        for (int d = 0; d < hd; d++) {
-            const float qd = qi[d];
-            const float *restrict row = kt + d * UB_ATTN_CB;
-            for (int c = 0; c < UB_ATTN_CB; c++) a[c] += qd * row[c];
+        for (int c = 0; c < cb; c++) {
+            const float *restrict kc = k + c * ks;
+            float a = 0.0f;
+            for (int d = 0; d < hd; d++) a += qi[d] * kc[d];
+            s[i * UB_ATTN_CB + c] = a;
         }
-        for (int c = 0; c < UB_ATTN_CB; c++) s[i * UB_ATTN_CB + c] = a[c];
     }
 }
 
-/* p: float[nq][CB]; v: float[CB][hd]; acc: nq pointers to float[hd], updated. */
-void ub_attn_pv_generic(const float *p, int nq, const float *v, int hd, float *const *acc) {
+/* p: float[nq][CB]; v: cb rows at stride vs; acc: nq pointers to float[hd], updated. */
+void ub_attn_pv_generic(const float *p, int nq, const float *v, int64_t vs, int cb, int hd, float *const *acc) {
     for (int i = 0; i < nq; i++) {
         float *restrict a = acc[i];
-        for (int c = 0; c < UB_ATTN_CB; c++) {
+        for (int c = 0; c < cb; c++) {
             const float pc = p[i * UB_ATTN_CB + c];
             if (pc == 0.0f) continue;
-            const float *restrict vr = v + c * hd;
+            const float *restrict vr = v + c * vs;
             for (int d = 0; d < hd; d++) a[d] += pc * vr[d];
         }
     }
+}
+
+/* x: float[CB] in place. */
+void ub_attn_exp_generic(float *x) {
+    for (int c = 0; c < UB_ATTN_CB; c++) x[c] = expf(x[c]);
 }
 
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
@@ -55,6 +58,7 @@ typedef struct {
     float scale;
     ub_attn_scores_fn scores;
     ub_attn_pv_fn pv;
+    ub_attn_exp_fn exp16;
     pthread_mutex_t lock;
     int64_t next;
     int failed;
@@ -62,8 +66,8 @@ typedef struct {
 
 /* Per-thread scratch, owned by the worker that allocated it. */
 typedef struct {
-    float *kt;          /* [hd][CB] */
-    float *vc;          /* [CB][hd] */
+    float *kc;          /* [CB][hd]: keys of a chunk converted from half */
+    float *vc;          /* [CB][hd]: values of a chunk converted from half */
     float *s;           /* [QB][CB] */
     float *acc;         /* [nq_max][hd] */
     float *m, *l;       /* [nq_max] */
@@ -80,7 +84,7 @@ static int scratch_alloc(attn_scratch *sc, int hd, int nq_max) {
     if (!b) return 0;
     sc->block = b;
     float *f = (float *)b;
-    sc->kt = f; f += (size_t)hd * UB_ATTN_CB;
+    sc->kc = f; f += (size_t)hd * UB_ATTN_CB;
     sc->vc = f; f += (size_t)hd * UB_ATTN_CB;
     sc->s = f; f += (size_t)UB_ATTN_QB * UB_ATTN_CB;
     sc->acc = f; f += (size_t)nq_max * hd;
@@ -91,31 +95,21 @@ static int scratch_alloc(attn_scratch *sc, int hd, int nq_max) {
     return 1;
 }
 
-/* Copy cells [c0, c0+cb) of one kv head into kt (transposed) / vc, converting halves; pad to CB with 0. */
-static void load_chunk(const attn_job *j, attn_scratch *sc, int64_t base, int32_t cb) {
-    const int64_t stride = (int64_t)j->n_head_kv * j->hd; /* elements between consecutive cells */
-    const int hd = j->hd;
-    for (int32_t c = 0; c < UB_ATTN_CB; c++) {
-        float *vrow = sc->vc + (int64_t)c * hd;
-        if (c >= cb) {
-            for (int d = 0; d < hd; d++) { sc->kt[d * UB_ATTN_CB + c] = 0.0f; vrow[d] = 0.0f; }
-            continue;
-        }
-        const int64_t off = base + c * stride;
-        if (j->k_type == UB_DT_F32) {
-            const float *kr = (const float *)j->k + off;
-            for (int d = 0; d < hd; d++) sc->kt[d * UB_ATTN_CB + c] = kr[d];
-        } else {
-            const uint16_t *kr = (const uint16_t *)j->k + off;
-            for (int d = 0; d < hd; d++) sc->kt[d * UB_ATTN_CB + c] = ub_h2f(kr[d]);
-        }
-        if (j->v_type == UB_DT_F32) {
-            memcpy(vrow, (const float *)j->v + off, sizeof(float) * (size_t)hd);
-        } else {
-            const uint16_t *vr = (const uint16_t *)j->v + off;
-            for (int d = 0; d < hd; d++) vrow[d] = ub_h2f(vr[d]);
-        }
+/* Rows of cells [c0, c0 + cb) of one kv head: pointers straight into a float32 cache (stride between cells
+ * n_head_kv * hd), or the rows converted from half into the scratch (stride hd). */
+static const float *chunk_rows(const void *base, int32_t type, int64_t off, int32_t cb, int32_t hd,
+                               int64_t stride, float *scratch, int64_t *rs) {
+    if (type == UB_DT_F32) {
+        *rs = stride;
+        return (const float *)base + off;
     }
+    for (int32_t c = 0; c < cb; c++) {
+        const uint16_t *src = (const uint16_t *)base + off + c * stride;
+        float *dst = scratch + (int64_t)c * hd;
+        for (int32_t d = 0; d < hd; d++) dst[d] = ub_h2f(src[d]);
+    }
+    *rs = hd;
+    return scratch;
 }
 
 static void run_tile(const attn_job *j, attn_scratch *sc, int64_t tile) {
@@ -147,11 +141,14 @@ static void run_tile(const attn_job *j, attn_scratch *sc, int64_t tile) {
                 if (mr[c] != -INFINITY) { visible = 1; break; }
         }
         if (!visible) continue;
-        load_chunk(j, sc, stream_base + (int64_t)c0 * j->n_head_kv * hd, cb);
+        const int64_t stride = (int64_t)j->n_head_kv * hd, off = stream_base + (int64_t)c0 * stride;
+        int64_t ks, vs;
+        const float *kr = chunk_rows(j->k, j->k_type, off, cb, hd, stride, sc->kc, &ks);
+        const float *vr = chunk_rows(j->v, j->v_type, off, cb, hd, stride, sc->vc, &vs);
 
         for (int32_t q0 = 0; q0 < nq; q0 += UB_ATTN_QB) {
             const int nqg = nq - q0 < UB_ATTN_QB ? nq - q0 : UB_ATTN_QB;
-            j->scores(sc->qp + q0, nqg, sc->kt, hd, sc->s);
+            j->scores(sc->qp + q0, nqg, kr, ks, cb, hd, sc->s);
             int any = 0;
             for (int gi = 0; gi < nqg; gi++) {
                 const int32_t i = q0 + gi;
@@ -177,15 +174,13 @@ static void run_tile(const attn_job *j, attn_scratch *sc, int64_t tile) {
                     }
                     sc->m[i] = mx;
                 }
+                for (int32_t c = 0; c < UB_ATTN_CB; c++) s[c] -= sc->m[i]; /* -inf stays -inf */
+                j->exp16(s);
                 float sum = 0.0f;
-                for (int32_t c = 0; c < UB_ATTN_CB; c++) {
-                    const float p = s[c] == -INFINITY ? 0.0f : expf(s[c] - sc->m[i]);
-                    s[c] = p;
-                    sum += p;
-                }
+                for (int32_t c = 0; c < UB_ATTN_CB; c++) sum += s[c];
                 sc->l[i] += sum;
             }
-            if (any) j->pv(sc->s, nqg, sc->vc, hd, sc->ap + q0);
+            if (any) j->pv(sc->s, nqg, vr, vs, cb, hd, sc->ap + q0);
         }
     }
     for (int32_t i = 0; i < nq; i++) {
@@ -254,6 +249,7 @@ int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, i
     const int fast = g_have_avx2 && head_dim % 8 == 0;
     j.scores = fast ? ub_attn_scores_avx2 : ub_attn_scores_generic;
     j.pv = fast ? ub_attn_pv_avx2 : ub_attn_pv_generic;
+    j.exp16 = g_have_avx2 ? ub_attn_exp_avx2 : ub_attn_exp_generic;
     if (pthread_mutex_init(&j.lock, NULL) != 0) return UB_E_NOMEM;
 
     /* threads: no more than tiles, and one thread when the work is too small to pay for a thread start */
