@@ -22,8 +22,9 @@ static inline UB_AVX2 float hsum8(__m256 a) {
 
 /* q: nq (1..4) pointers to float[hd]; k: cb rows at stride ks; s: float[nq][16] written for c < cb.
  * Two cells per step keep 8 independent FMA chains in flight. hd % 8 == 0. */
-UB_AVX2 void ub_attn_scores_avx2(const float *const *q, int nq, const float *k, int64_t ks, int cb, int hd,
-                                 float *s) {
+static inline __attribute__((always_inline)) UB_AVX2 void scores_n(const float *const *q, const int nq,
+                                                                    const float *k, int64_t ks, int cb, int hd,
+                                                                    float *s) {
     int c = 0;
     for (; c + 2 <= cb; c += 2) {
         const float *k0 = k + c * ks, *k1 = k0 + ks;
@@ -54,9 +55,19 @@ UB_AVX2 void ub_attn_scores_avx2(const float *const *q, int nq, const float *k, 
     }
 }
 
-/* p: float[nq][16]; v: cb rows at stride vs; acc: nq (1..4) pointers to float[hd], updated. hd % 8 == 0. */
-UB_AVX2 void ub_attn_pv_avx2(const float *p, int nq, const float *v, int64_t vs, int cb, int hd,
-                             float *const *acc) {
+/* nq is a compile-time constant at each call site below, so the accumulator arrays live in registers. */
+UB_AVX2 void ub_attn_scores_avx2(const float *const *q, int nq, const float *k, int64_t ks, int cb, int hd,
+                                 float *s) {
+    switch (nq) {
+    case 4: scores_n(q, 4, k, ks, cb, hd, s); break;
+    case 3: scores_n(q, 3, k, ks, cb, hd, s); break;
+    case 2: scores_n(q, 2, k, ks, cb, hd, s); break;
+    default: scores_n(q, 1, k, ks, cb, hd, s); break;
+    }
+}
+
+static inline __attribute__((always_inline)) UB_AVX2 void pv_n(const float *p, const int nq, const float *v,
+                                                                int64_t vs, int cb, int hd, float *const *acc) {
     for (int d = 0; d < hd; d += 8) {
         __m256 a[UB_ATTN_QB];
         for (int i = 0; i < nq; i++) a[i] = _mm256_loadu_ps(acc[i] + d);
@@ -66,6 +77,17 @@ UB_AVX2 void ub_attn_pv_avx2(const float *p, int nq, const float *v, int64_t vs,
                 a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * UB_ATTN_CB + c), vc, a[i]);
         }
         for (int i = 0; i < nq; i++) _mm256_storeu_ps(acc[i] + d, a[i]);
+    }
+}
+
+/* p: float[nq][16]; v: cb rows at stride vs; acc: nq (1..4) pointers to float[hd], updated. hd % 8 == 0. */
+UB_AVX2 void ub_attn_pv_avx2(const float *p, int nq, const float *v, int64_t vs, int cb, int hd,
+                             float *const *acc) {
+    switch (nq) {
+    case 4: pv_n(p, 4, v, vs, cb, hd, acc); break;
+    case 3: pv_n(p, 3, v, vs, cb, hd, acc); break;
+    case 2: pv_n(p, 2, v, vs, cb, hd, acc); break;
+    default: pv_n(p, 1, v, vs, cb, hd, acc); break;
     }
 }
 
