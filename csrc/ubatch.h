@@ -6,5 +6,6 @@
 #include "ub_common.h"
 #include "ub_alloc.h"
 #include "ub_kv.h"
+#include "ub_compute.h"
 
 #endif

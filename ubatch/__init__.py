@@ -7,6 +7,8 @@ from ubatch.ubatch_view import UBatch
 from ubatch.kv_cache import KVCache
 from ubatch.context import Context
 from ubatch.placement import ComputeResult, Placement
+from ubatch.model import Model
+from ubatch import models
 
 __all__ = ["Batch", "BatchAllocator", "BatchError", "ComputeResult", "Context", "KVCacheFullError", "KVCache",
-           "Placement", "SplitError", "UBatch", "UbatchError"]
+           "Model", "Placement", "models", "SplitError", "UBatch", "UbatchError"]
