@@ -13,7 +13,7 @@ One step (llama.cpp tools/server, update_slots):
    retry, spec 5.11); a slice of one token that still does not fit evicts its request (llama.cpp's server
    gives up on every processing slot here with "Context size has been exceeded."; evicting only the request
    that overflowed keeps the others running); after a successful slice n_batch goes back to its full value;
-4. greedy sampling (argmax of get_logits_ith) for every output row; a request stops after its generation
+4. greedy sampling (argmax of the output rows' logits) for every output row; a request stops after its generation
    length or when its sequence reaches the per-sequence context (n_ctx_seq); end-of-generation tokens are
    ignored (the model is random);
 5. finished requests leave the KV cache (seq_rm) and free their sequence id for the next step's admissions.
@@ -139,22 +139,23 @@ class Scheduler:
     def build(self, n_batch: int) -> StepBatch:
         """One decode token per generating request, then prompt chunks up to n_batch tokens; both passes go
         through the sequences in id order, as the server goes through its slots."""
-        tok: List[np.ndarray] = []
-        pos: List[np.ndarray] = []
-        seq: List[np.ndarray] = []
-        out: List[np.ndarray] = []
-        idx: List[np.ndarray] = []
-        kind: List[np.ndarray] = []
-        n = 0
+        d_tok: List[int] = []
+        d_pos: List[int] = []
+        d_seq: List[int] = []
+        d_idx: List[int] = []
         for i in self.active:
             r = self.requests[i]
             if r.status == GENERATING and r.pending is not None:
-                tok.append(np.array([r.pending], np.int32)); pos.append(np.array([r.n_past], np.int32))
-                seq.append(np.array([r.seq_id], np.int32)); out.append(np.ones(1, np.int8))
-                idx.append(np.array([i], np.int32)); kind.append(np.zeros(1, bool))
+                d_tok.append(r.pending); d_pos.append(r.n_past); d_seq.append(r.seq_id); d_idx.append(i)
                 r.n_past += 1
                 r.pending = None
-                n += 1
+        nd = len(d_tok)
+        tok = [np.array(d_tok, np.int32)]
+        pos = [np.array(d_pos, np.int32)]
+        seq = [np.array(d_seq, np.int32)]
+        idx = [np.array(d_idx, np.int32)]
+        out = [np.ones(nd, np.int8)]
+        n = nd
         for i in self.active:
             if n >= n_batch:
                 break
@@ -168,14 +169,15 @@ class Scheduler:
             o = np.zeros(k, np.int8)
             if p0 + k == len(r.prompt):
                 o[-1] = 1
-            out.append(o); idx.append(np.full(k, i, np.int32)); kind.append(np.ones(k, bool))
+            out.append(o); idx.append(np.full(k, i, np.int32))
             r.n_past += k
             n += k
-        if not tok:
-            e = np.zeros(0, np.int32)
-            return StepBatch(e, e, e, np.zeros(0, np.int8), e, np.zeros(0, bool))
+        prompt = np.ones(n, bool)
+        prompt[:nd] = False
+        if len(tok) == 1:
+            return StepBatch(tok[0], pos[0], seq[0], out[0], idx[0], prompt)
         return StepBatch(np.concatenate(tok), np.concatenate(pos), np.concatenate(seq), np.concatenate(out),
-                         np.concatenate(idx), np.concatenate(kind))
+                         np.concatenate(idx), prompt)
 
     def on_token(self, i: int, token: int) -> bool:
         """Records a sampled token of request i; returns True when the request is now finished."""
@@ -379,23 +381,31 @@ class ContinuousBatcher:
         seqs = sb.seq[off:end]
         for ub in ctx.last_ubatches:
             rows = np.asarray(ub.batch_idxs)
-            s, p = seqs[rows], prompt[rows]
-            ids, inv = np.unique(s, return_inverse=True)
-            n_p = np.bincount(inv, weights=p, minlength=len(ids)).astype(int)
-            n_all = np.bincount(inv, minlength=len(ids))
+            s = seqs[rows]
+            n_all = np.bincount(s)
+            n_p = np.bincount(s, weights=prompt[rows], minlength=len(n_all)).astype(np.int64)
+            ids = np.flatnonzero(n_all)
             st.ubatches.append(UbatchRecord(st.decode_calls - 1, rel, int(ub.n_tokens),
                                             (int(ub.n_seqs), int(ub.n_seq_tokens)),
-                                            {int(a): (int(b), int(c - b)) for a, b, c in zip(ids, n_p, n_all)}))
+                                            dict(zip(ids.tolist(), zip(n_p[ids].tolist(),
+                                                                        (n_all[ids] - n_p[ids]).tolist())))))
         used = [self.kv.used(k) for k in range(self.kv.n_stream)]
         st.kv_used.append((rel, used))
         st.peak_kv_cells = [max(a, b) for a, b in zip(st.peak_kv_cells, used)]
 
     def _sample(self, sb: StepBatch, off: int, end: int) -> int:
-        """Greedy sampling of the slice's output rows; retires finished requests. Returns how many ended."""
+        """Greedy sampling of the slice's output rows; retires finished requests. Returns how many ended.
+        get_logits() holds the output rows in batch order, so row k is the k-th output of the slice (the same
+        rows get_logits_ith(j) returns, argmax'ed in one call)."""
+        rows = np.flatnonzero(sb.output[off:end])
+        if rows.size == 0:
+            return 0
+        logits = self.ctx.get_logits()
+        if logits.shape[0] != rows.size:
+            raise UbatchError(f"expected {rows.size} output rows, the context has {logits.shape[0]}")
+        toks = np.argmax(logits, axis=1).tolist()
         n_done = 0
-        for j in np.flatnonzero(sb.output[off:end]).tolist():
-            tok = int(np.argmax(self.ctx.get_logits_ith(j)))
-            i = int(sb.req[off + j])
+        for i, tok in zip(sb.req[off + rows].tolist(), toks):
             self.stats.generated_tokens += 1
             if self.sched.on_token(i, tok):
                 self._retire(self.sched.requests[i])
