@@ -98,8 +98,7 @@ def _waste_heatmap(rows, path: str) -> str:
             if r is not None and "error" not in r:
                 data[i, j] = r["excess_waste_pct"]
     fig, ax = plt.subplots(figsize=(2.4 + 1.5 * len(strategies), 1.4 + 0.42 * len(keys)))
-    cmap = plt.get_cmap("Reds").copy()  # negative excess (overflow saved a ubatch) shows as white
-    cmap.set_bad("#dddddd")
+    cmap = plt.get_cmap("Reds").with_extremes(bad="#dddddd")  # negative excess (a saved ubatch) shows white
     im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=0, vmax=100, aspect="auto")
     for i, (fam, n) in enumerate(keys):
         for j, s in enumerate(strategies):

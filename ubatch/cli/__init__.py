@@ -17,7 +17,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not getattr(args, "pass_through", False):   # only `ubatch bench kv|attention|decode` forward arguments
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.bench_args = list(args.bench_args) + extra
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `ubatch plan ... | head`

@@ -73,9 +73,8 @@ def add_parser(sub) -> None:
     sp.set_defaults(func=run_split)
     for name, (_, _, what) in KERNEL_BENCHES.items():
         kp = bsub.add_parser(name, help=what, add_help=False,
-                             description=f"{what}; arguments are passed to that benchmark")
-        kp.add_argument("bench_args", nargs=argparse.REMAINDER)
-        kp.set_defaults(func=run_kernel, kernel=name)
+                             description=f"{what}; every further argument is passed to that benchmark")
+        kp.set_defaults(func=run_kernel, kernel=name, bench_args=[], pass_through=True)
 
 
 def run_split(args) -> int:
@@ -83,9 +82,15 @@ def run_split(args) -> int:
     return split_bench.main_args(args, progress_bar(not args.no_progress, "split W1-W6"))
 
 
+def source_bench_dir() -> str:
+    """bench/ of the source checkout this package was imported from (it may not exist)."""
+    import ubatch
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(ubatch.__file__))), "bench")
+
+
 def _locate_kernel(name: str):
     """The benchmark's `main(argv)`: from the package when it ships one, else from bench/ of a source
-    checkout (found next to the ubatch package); None when neither exists."""
+    checkout (found next to the ubatch package); None when neither exists, False when it has no main."""
     modname, filename, _ = KERNEL_BENCHES[name]
     try:
         mod = importlib.import_module(modname)
@@ -94,14 +99,13 @@ def _locate_kernel(name: str):
             raise
         mod = None
     if mod is None:
-        import ubatch
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(ubatch.__file__))), "bench", filename)
+        path = os.path.join(source_bench_dir(), filename)
         if not os.path.isfile(path):
             return None
         spec = importlib.util.spec_from_file_location(f"_ubatch_bench_{name}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-    return getattr(mod, "main", None)
+    return getattr(mod, "main", False)
 
 
 def run_kernel(args) -> int:
@@ -111,6 +115,9 @@ def run_kernel(args) -> int:
         modname, filename, what = KERNEL_BENCHES[name]
         print(f"ubatch bench {name}: not available in this build ({what}): neither the module {modname} nor "
               f"bench/{filename} next to the package exists", file=sys.stderr)
+        return 2
+    if not callable(main):
+        print(f"ubatch bench {name}: the benchmark module has no main(argv) function", file=sys.stderr)
         return 2
     rc = main(list(args.bench_args))
     return 0 if rc is None else int(rc)
