@@ -247,3 +247,15 @@ def test_kernel_bench_from_source_checkout(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "decode", ("ubatch.benchsuite._no_such", "bench_probe.py", "decode"))
     assert main(["bench", "decode", "--quick", "W1"]) == 0
     assert "probe ['--quick', 'W1']" in capsys.readouterr().out
+
+
+def test_kernel_bench_without_argv_parameter(monkeypatch, tmp_path, capsys):
+    """Scripts whose main() reads sys.argv get the forwarded arguments there; sys.argv is restored."""
+    (tmp_path / "bench_probe2.py").write_text(
+        "import sys\ndef main():\n    print('argv', sys.argv[1:])\n")
+    monkeypatch.setattr(bench_cli, "source_bench_dir", lambda: str(tmp_path))
+    monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "kv", ("ubatch.benchsuite._no_such", "bench_probe2.py", "kv"))
+    before = list(sys.argv)
+    assert main(["bench", "kv", "--n", "3"]) == 0
+    assert "argv ['--n', '3']" in capsys.readouterr().out
+    assert sys.argv == before

@@ -47,7 +47,7 @@ def progress_bar(enabled: bool, desc: str):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: split strategies (default), split/kv/attention/decode",
+    p = sub.add_parser("bench", allow_abbrev=False, help="benchmarks: split strategies (default), split/kv/attention/decode",
                        description="Without a sub-command: the split-strategy suite. Every workload family x "
                                    "n_ubatch x strategy is planned (init + split_reset + split loop) and timed; "
                                    "prints a table, and with --out writes bench_suite.json and PNG plots.")
@@ -72,7 +72,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
     sp.set_defaults(func=run_split)
     for name, (_, _, what) in KERNEL_BENCHES.items():
-        kp = bsub.add_parser(name, help=what, add_help=False,
+        kp = bsub.add_parser(name, help=what, add_help=False, allow_abbrev=False,
                              description=f"{what}; every further argument is passed to that benchmark")
         kp.set_defaults(func=run_kernel, kernel=name, bench_args=[], pass_through=True)
 
@@ -119,8 +119,27 @@ def run_kernel(args) -> int:
     if not callable(main):
         print(f"ubatch bench {name}: the benchmark module has no main(argv) function", file=sys.stderr)
         return 2
-    rc = main(list(args.bench_args))
+    rc = _call_main(main, f"ubatch bench {name}", list(args.bench_args))
     return 0 if rc is None else int(rc)
+
+
+def _call_main(main, prog: str, argv: List[str]):
+    """main(argv) when it takes an argument; else main() with sys.argv set to [prog, *argv] (scripts that
+    parse sys.argv themselves)."""
+    import inspect
+    try:
+        takes_argv = any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+                         for p in inspect.signature(main).parameters.values())
+    except (TypeError, ValueError):
+        takes_argv = True
+    if takes_argv:
+        return main(argv)
+    saved = sys.argv
+    sys.argv = [prog, *argv]
+    try:
+        return main()
+    finally:
+        sys.argv = saved
 
 
 def run_suite(args) -> int:
