@@ -5,7 +5,6 @@ import os
 import sys
 import types
 
-import numpy as np
 import pytest
 
 from ubatch.allocator import BatchAllocator
@@ -166,10 +165,7 @@ def test_missing_matplotlib_still_writes_json(tmp_path, capsys, monkeypatch):
 def test_progress_bar():
     bar = bench_cli.progress_bar(False, "x")
     assert bar is None
-    try:
-        import tqdm  # noqa: F401
-    except ImportError:
-        pytest.skip("tqdm is not installed")
+    pytest.importorskip("tqdm", reason="tqdm is not installed")
     bar = bench_cli.progress_bar(True, "x")
     assert list(bar(iter([1, 2, 3]), 3)) == [1, 2, 3]
 

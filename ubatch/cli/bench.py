@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List
 
 QUICK_N_UBATCH = [16, 64, 256]
 FULL_N_UBATCH = [16, 32, 64, 128, 256, 512]
