@@ -128,17 +128,20 @@ def run_once(model, wl, threads):
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_decode.py", description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="attention threads (default: all cores)")
     ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results_decode.json"))
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="BLAS threads for the matmuls (default 1; 0 = leave the environment alone)")
     ap.add_argument("--quick", action="store_true", help="the first two workloads, one repetition")
-    args = ap.parse_args()
-    if "numpy" in sys.modules and args.blas_threads > 0:
-        print("warning: numpy was imported before the BLAS thread count could be set", file=sys.stderr)
+    args = ap.parse_args(argv)
+    if "numpy" in sys.modules and args.blas_threads > 0 and any(os.environ.get(v) != str(args.blas_threads)
+                                                                 for v in BLAS_VARS[:1]):
+        print(f"warning: numpy is already loaded, so BLAS threads cannot be pinned to {args.blas_threads} here; "
+              f"set OPENBLAS_NUM_THREADS={args.blas_threads} in the environment (or run python bench/bench_decode.py)",
+              file=sys.stderr)
     if args.blas_threads > 0:
         for var in BLAS_VARS:
             os.environ[var] = str(args.blas_threads)
@@ -170,7 +173,8 @@ def main() -> None:
     with open(args.json, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -117,8 +117,8 @@ def run(args) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            print("error: --png needs matplotlib: pip install 'ubatch[plot]' (or pip install matplotlib)",
-                  file=sys.stderr)
+            from ubatch.viz.run_png import PLOT_HINT
+            print(f"ubatch run: {PLOT_HINT}", file=sys.stderr)
             return 2
     n_ctx = args.n_ctx
     if n_ctx is None:
@@ -159,7 +159,7 @@ def run(args) -> int:
                    "kv_unified": ctx.kv_unified, "seed": args.seed, "prompt_len": list(args.prompt_len),
                    "gen_len": list(args.gen_len)}
     if args.png is not None:
-        from ubatch.serve_plot import plot_timeline
+        from ubatch.viz.run_png import plot_timeline
         plot_timeline(stats, args.png, config=d["config"])
     if args.json:
         print(json.dumps(d))

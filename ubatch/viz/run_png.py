@@ -9,6 +9,8 @@ import numpy as np
 
 from ubatch.serve import RunStats
 
+PLOT_HINT = "matplotlib is not installed: cannot draw --png (install it with: pip install 'ubatch[plot]')"
+
 
 def _lighter(rgba, amount: float = 0.55):
     """The colour mixed with white (opaque, so stacked segments stay distinct)."""
@@ -24,7 +26,7 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
     except ImportError as e:
-        raise ImportError("the timeline picture needs matplotlib: pip install 'ubatch[plot]'") from e
+        raise ImportError(PLOT_HINT) from e
 
     ubs = stats.ubatches
     n = len(ubs)
@@ -118,4 +120,4 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     plt.close(fig)
 
 
-__all__ = ["plot_timeline"]
+__all__ = ["PLOT_HINT", "plot_timeline"]
