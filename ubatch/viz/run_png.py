@@ -103,7 +103,8 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     ax2.set_ylabel("KV cells used")
     ax2.set_xlabel("ubatch, in decode order" + ("" if n and len(set(calls.tolist())) > 80
                                                  else " (shaded bands: alternate decode calls)"))
-    ax2.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     ax2.set_xlim(-0.5, max(n, 1) - 0.5)
 
     d = stats.to_dict()
