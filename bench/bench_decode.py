@@ -145,6 +145,10 @@ def main(argv=None) -> int:
     if args.blas_threads > 0:
         for var in BLAS_VARS:
             os.environ[var] = str(args.blas_threads)
+    try:
+        import ubatch  # noqa: F401
+    except ImportError:   # a source checkout that was built in place but not installed
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from ubatch.models import tiny_llama
     model = tiny_llama()
     wls = WORKLOADS[:2] if args.quick else WORKLOADS
