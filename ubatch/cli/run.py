@@ -28,8 +28,8 @@ def add_parser(sub) -> None:
                                    "(up to n_batch), samples greedily, retires finished sequences (seq_rm) and "
                                    "admits waiting ones. On a full KV cache n_batch is halved and the slice "
                                    "retried; a single token that still does not fit evicts its request.")
-    p.add_argument("--requests", type=int, default=32, help="number of requests (default 32)")
-    p.add_argument("--parallel", type=int, default=4, help="sequences decoded together = n_seq_max (default 4)")
+    p.add_argument("--requests", type=int, default=128, help="number of requests (default 128)")
+    p.add_argument("--parallel", type=int, default=8, help="sequences decoded together = n_seq_max (default 8)")
     p.add_argument("--prompt-len", type=_range("--prompt-len"), default=(8, 48), metavar="LO-HI",
                    help="prompt length, uniform in [LO, HI] (default 8-48)")
     p.add_argument("--gen-len", type=_range("--gen-len"), default=(8, 32), metavar="LO-HI",
