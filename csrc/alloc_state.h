@@ -13,7 +13,7 @@
  *   tok_group int32[n]                       index of the row's set among the distinct sets
  *   grp_off int32[n_groups+1], grp_tok int32[n]   rows of each distinct set, ascending (seq_set_map)
  *   grp_cur int32[n_groups]                  first position in grp_tok not yet known to be used
- *   used uint8[n], out_ids int32[n], scratch int32[4n]  split state and work space */
+ *   used uint8[n], out_ids int32[n], scratch int32[8n]  split state and work space */
 typedef struct ub_norm {
     int32_t n_tokens, n_embd, n_pos, n_seq_max;
     int32_t n_outputs, has_cpl;
@@ -32,11 +32,16 @@ typedef struct ub_norm {
     int32_t *out_ids;
     int32_t n_out_ids;
     int32_t *scratch;
+    /* capacities of the buffers above (they are reused by later inits and only grow) */
+    size_t cap_tokens, cap_ids, cap_embd, cap_pos;
+    int32_t *token_buf;
+    float *embd_buf;
 } ub_norm;
 
 struct ub_alloc {
     int32_t n_pos_per_embd;
     ub_norm *cur;                 /* NULL before the first successful init */
+    ub_norm *spare;               /* buffers of the previous batch, reused by the next init */
     char err[UB_ERR_LEN];
     char warn[UB_ERR_LEN];
 };

@@ -20,6 +20,7 @@ ub_alloc *ub_alloc_new(int32_t n_pos_per_embd) {
 void ub_alloc_free(ub_alloc *a) {
     if (!a) return;
     ub_norm_free(a->cur);
+    ub_norm_free(a->spare);
     free(a);
 }
 
@@ -38,11 +39,48 @@ int ub_alloc_fail(ub_alloc *a, int code, const char *fmt, ...) {
 /* Frees every array of a normalised batch (NULL is fine). */
 void ub_norm_free(ub_norm *nb) {
     if (!nb) return;
-    free(nb->token); free(nb->embd); free(nb->pos); free(nb->output);
+    free(nb->token_buf); free(nb->embd_buf); free(nb->pos); free(nb->output);
     free(nb->seq_off); free(nb->seq_id); free(nb->seq_set);
     free(nb->tok_group); free(nb->grp_off); free(nb->grp_tok); free(nb->grp_cur);
     free(nb->used); free(nb->out_ids); free(nb->scratch);
     free(nb);
+}
+
+/* Grows *p to hold n elements of size sz (contents not kept). Returns 0 on OOM (old buffer kept). */
+static int grow(void **p, size_t *cap, size_t n, size_t sz) {
+    if (n <= *cap && *p) return 1;
+    size_t want = n < 16 ? 16 : n + n / 4;
+    void *q = malloc(want * sz);
+    if (!q) return 0;
+    free(*p);
+    *p = q;
+    *cap = want;
+    return 1;
+}
+
+/* Makes sure nb's buffers hold n rows, n_ids seq ids, n_pos sections and n_embd floats per row.
+ * Per-row buffers share cap_tokens; grp_off/grp_cur need n+1 entries. Returns 0 on OOM. */
+static int norm_reserve(ub_norm *nb, size_t n, size_t n_ids, size_t n_pos, size_t n_embd) {
+    if (n + 1 > nb->cap_tokens || !nb->seq_off) {
+        size_t want = (n + 1) + (n + 1) / 4;
+        void *bufs[11] = {0};
+        size_t sizes[11] = {4, UB_SEQ_WORDS * 8, 1, 4, 4, 4, 4, 1, 4, 32, 4};
+        for (int k = 0; k < 11; k++) {
+            bufs[k] = malloc(want * sizes[k] + (k == 9 ? 64 * sizeof(int32_t) : 0));   /* scratch: + hash minimum */
+            if (!bufs[k]) { for (int j = 0; j <= k; j++) free(bufs[j]); return 0; }
+        }
+        free(nb->seq_off); free(nb->seq_set); free(nb->output); free(nb->tok_group); free(nb->grp_tok);
+        free(nb->grp_off); free(nb->grp_cur); free(nb->used); free(nb->out_ids); free(nb->scratch);
+        free(nb->token_buf);
+        nb->seq_off = bufs[0]; nb->seq_set = bufs[1]; nb->output = bufs[2]; nb->tok_group = bufs[3];
+        nb->grp_tok = bufs[4]; nb->grp_off = bufs[5]; nb->grp_cur = bufs[6]; nb->used = bufs[7];
+        nb->out_ids = bufs[8]; nb->scratch = bufs[9]; nb->token_buf = bufs[10];
+        nb->cap_tokens = want;
+    }
+    if (!grow((void **)&nb->seq_id, &nb->cap_ids, n_ids ? n_ids : 1, 4)) return 0;
+    if (!grow((void **)&nb->pos, &nb->cap_pos, n * n_pos, 4)) return 0;
+    if (n_embd && !grow((void **)&nb->embd_buf, &nb->cap_embd, n * n_embd, 4)) return 0;
+    return 1;
 }
 
 /* Forgets every split done since init: no row used, no output emitted. */
@@ -84,29 +122,34 @@ static uint64_t hash_set(const uint64_t *s) {
 
 /* Groups rows by their exact seq set (llama.cpp's seq_set_map). Single-id rows use a direct table,
  * multi-id rows an open-addressing hash of the 256-bit set. Fills tok_group, grp_off, grp_tok.
- * Returns 0 or UB_E_NOMEM. */
-static int build_groups(ub_norm *nb) {
+ * Work space: scratch int32[8 * n] = rep[n] | count[n+1] | hash table[<= 4n]. */
+static void build_groups(ub_norm *nb) {
     int32_t n = nb->n_tokens;
     int32_t single[UB_MAX_SEQ];
     for (int s = 0; s < UB_MAX_SEQ; s++) single[s] = -1;
     int32_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
-    int32_t *table = NULL;      /* slot -> group, -1 empty; allocated lazily */
-    int32_t *rep = malloc(sizeof(int32_t) * (size_t)n);   /* group -> a representative row */
-    int32_t *count = calloc((size_t)n + 1, sizeof(int32_t));
-    if (!rep || !count) { free(rep); free(count); return UB_E_NOMEM; }
-    int32_t ng = 0;
+    int32_t *rep = nb->scratch;                  /* group -> a representative row */
+    int32_t *count = nb->scratch + n;            /* count[g + 1] = rows of group g */
+    int32_t *table = nb->scratch + 2 * (size_t)n + 1;   /* slot -> group, -1 empty; filled lazily */
+    int table_ready = 0;
+    int32_t ng = 0, last_s = -1, last_g = -1;
     for (int32_t i = 0; i < n; i++) {
         int32_t g;
         if (nb->seq_off[i + 1] - nb->seq_off[i] == 1) {
             int32_t s = nb->seq_id[nb->seq_off[i]];
+            if (s == last_s) {          /* same single seq as the previous row */
+                nb->tok_group[i] = last_g;
+                continue;
+            }
             if (single[s] < 0) { single[s] = ng; rep[ng++] = i; }
             g = single[s];
+            last_s = s;
+            last_g = g;
         } else {
-            if (!table) {
-                table = malloc(sizeof(int32_t) * (size_t)cap);
-                if (!table) { free(rep); free(count); return UB_E_NOMEM; }
+            if (!table_ready) {
                 for (int32_t k = 0; k < cap; k++) table[k] = -1;
+                table_ready = 1;
             }
             const uint64_t *set = nb->seq_set + (size_t)i * UB_SEQ_WORDS;
             uint64_t slot = hash_set(set) & (uint64_t)(cap - 1);
@@ -118,20 +161,26 @@ static int build_groups(ub_norm *nb) {
             }
         }
         nb->tok_group[i] = g;
-        count[g + 1]++;
     }
-    free(table);
-    free(rep);
     nb->n_groups = ng;
-    nb->grp_off = malloc(sizeof(int32_t) * ((size_t)ng + 1));
-    nb->grp_cur = calloc((size_t)ng + 1, sizeof(int32_t));
-    if (!nb->grp_off || !nb->grp_cur) { free(count); return UB_E_NOMEM; }
-    nb->grp_off[0] = 0;
-    for (int32_t g = 0; g < ng; g++) nb->grp_off[g + 1] = nb->grp_off[g] + count[g + 1];
-    for (int32_t g = 0; g < ng; g++) count[g] = nb->grp_off[g];
-    for (int32_t i = 0; i < n; i++) nb->grp_tok[count[nb->tok_group[i]]++] = i;
-    free(count);
-    return UB_OK;
+    const int32_t *restrict tg = nb->tok_group;
+    int32_t *restrict goff = nb->grp_off, *restrict gtok = nb->grp_tok, *restrict cnt = count;
+    memset(cnt, 0, sizeof(int32_t) * ((size_t)ng + 1));
+    for (int32_t i = 0; i < n; i++) cnt[tg[i] + 1]++;
+    goff[0] = 0;
+    for (int32_t g = 0; g < ng; g++) goff[g + 1] = goff[g] + cnt[g + 1];
+    for (int32_t g = 0; g < ng; g++) cnt[g] = goff[g];
+    /* scatter rows; a run of rows of one group keeps its cursor in a register */
+    int32_t pg = -1, c = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t g = tg[i];
+        if (g != pg) {
+            if (pg >= 0) cnt[pg] = c;
+            c = cnt[g];
+            pg = g;
+        }
+        gtok[c++] = i;
+    }
 }
 
 /* Exact count of distinct section-0 positions of seq s (used only for seqs whose positions are not
@@ -205,24 +254,23 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
             if (b->token[i] < 0 || b->token[i] >= n_vocab)
                 return ub_alloc_fail(a, UB_E_BATCH, "invalid token[%d] = %d", i, b->token[i]);
 
-    nb = calloc(1, sizeof(*nb));
+    int64_t n_ids_in = b->seq_off ? (int64_t)b->seq_off[n] : n;
+    if (n_ids_in < n) return ub_alloc_fail(a, UB_E_BATCH, "seq_off[%d] = %lld is smaller than the number of rows", n, (long long)n_ids_in);
+    nb = a->spare ? a->spare : calloc(1, sizeof(*nb));
     if (!nb) NOMEM();
+    a->spare = nb;     /* until success, the buffers stay the spare set: a failure changes nothing visible */
+    if (!norm_reserve(nb, (size_t)n, (size_t)n_ids_in, (size_t)n_pos, has_embd ? (size_t)b->n_embd : 0)) NOMEM();
     nb->n_tokens = n;
     nb->n_pos = n_pos;
     nb->n_seq_max = n_seq_max;
     nb->n_embd = has_embd ? b->n_embd : 0;
-    nb->seq_off = malloc(sizeof(int32_t) * ((size_t)n + 1));
-    nb->seq_set = calloc((size_t)n * UB_SEQ_WORDS, sizeof(uint64_t));
-    nb->pos = malloc(sizeof(int32_t) * (size_t)n * (size_t)n_pos);
-    nb->output = malloc((size_t)n);
-    nb->tok_group = malloc(sizeof(int32_t) * (size_t)n);
-    nb->grp_tok = malloc(sizeof(int32_t) * (size_t)n);
-    nb->used = calloc((size_t)n, 1);
-    nb->out_ids = malloc(sizeof(int32_t) * (size_t)n);
-    nb->scratch = malloc(sizeof(int32_t) * 4 * (size_t)n);
-    if (!nb->seq_off || !nb->seq_set || !nb->pos || !nb->output || !nb->tok_group || !nb->grp_tok || !nb->used ||
-        !nb->out_ids || !nb->scratch)
-        NOMEM();
+    nb->n_outputs = 0;
+    nb->has_cpl = 0;
+    nb->n_groups = 0;
+    memset(nb->present, 0, sizeof(nb->present));
+    memset(nb->seq_set, 0, sizeof(uint64_t) * UB_SEQ_WORDS * (size_t)n);
+    nb->token = has_token ? nb->token_buf : NULL;
+    nb->embd = has_embd ? nb->embd_buf : NULL;
 
     /* normalise the seq ids (ascending sets), then V3 in that order */
     if (b->seq_off) {
@@ -231,27 +279,34 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
             int32_t k = b->seq_off[i + 1] - b->seq_off[i];
             if (k < 1) FAIL("row %d has no sequence id", i);
         }
-        int64_t total = b->seq_off[n];
-        nb->seq_id = malloc(sizeof(int32_t) * (size_t)(total > 0 ? total : 1));
-        if (!nb->seq_id) NOMEM();
         int32_t w = 0;
-        nb->seq_off[0] = 0;
+        int32_t *restrict dst_off = nb->seq_off, *restrict dst_id = nb->seq_id;
+        uint64_t *restrict sets = nb->seq_set;
+        const int32_t *restrict src_off = b->seq_off, *restrict src_id = b->seq_id;
+        dst_off[0] = 0;
         for (int32_t i = 0; i < n; i++) {
-            int32_t k = b->seq_off[i + 1] - b->seq_off[i];
-            memcpy(nb->seq_id + w, b->seq_id + b->seq_off[i], sizeof(int32_t) * (size_t)k);
-            k = sort_unique(nb->seq_id + w, k);
+            int32_t k = src_off[i + 1] - src_off[i];
+            if (k == 1) {                    /* the common case: one id, nothing to sort */
+                int32_t s = src_id[src_off[i]];
+                if (s < 0 || s >= n_seq_max) FAIL("invalid seq_id[%d][%d] = %d >= %d", i, 0, s, n_seq_max);
+                dst_id[w++] = s;
+                sets[(size_t)i * UB_SEQ_WORDS + (s >> 6)] |= (uint64_t)1 << (s & 63);
+                dst_off[i + 1] = w;
+                continue;
+            }
+            memcpy(dst_id + w, src_id + src_off[i], sizeof(int32_t) * (size_t)k);
+            k = sort_unique(dst_id + w, k);
             for (int32_t j = 0; j < k; j++) {
-                int32_t s = nb->seq_id[w + j];
+                int32_t s = dst_id[w + j];
                 if (s < 0 || s >= n_seq_max) FAIL("invalid seq_id[%d][%d] = %d >= %d", i, j, s, n_seq_max);
-                ub_set_add(nb->seq_set + (size_t)i * UB_SEQ_WORDS, s);
+                ub_set_add(sets + (size_t)i * UB_SEQ_WORDS, s);
             }
             w += k;
-            nb->seq_off[i + 1] = w;
+            dst_off[i + 1] = w;
         }
     } else {   /* F1/F2: every row in seq 0 */
-        nb->seq_id = calloc((size_t)n, sizeof(int32_t));
-        if (!nb->seq_id) NOMEM();
         for (int32_t i = 0; i < n; i++) {
+            nb->seq_id[i] = 0;
             nb->seq_off[i + 1] = i + 1;
             nb->seq_set[(size_t)i * UB_SEQ_WORDS] = 1;
         }
@@ -259,17 +314,8 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     }
 
     /* token ids and embedding rows: owned copies */
-    if (has_token) {
-        nb->token = malloc(sizeof(int32_t) * (size_t)n);
-        if (!nb->token) NOMEM();
-        memcpy(nb->token, b->token, sizeof(int32_t) * (size_t)n);
-    }
-    if (has_embd) {
-        size_t ne = (size_t)n * (size_t)b->n_embd;
-        nb->embd = malloc(sizeof(float) * ne);
-        if (!nb->embd) NOMEM();
-        memcpy(nb->embd, b->embd, sizeof(float) * ne);
-    }
+    if (has_token) memcpy(nb->token, b->token, sizeof(int32_t) * (size_t)n);
+    if (has_embd) memcpy(nb->embd, b->embd, sizeof(float) * (size_t)n * (size_t)b->n_embd);
 
     /* F3: positions, section-major [n_pos, n]; token rows broadcast section 0 */
     if (b->pos) {
@@ -317,35 +363,75 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
         nb->seq_pmin[s] = -1; nb->seq_pmax[s] = -1; distinct[s] = 0; monotone[s] = 1;
     }
     int32_t first_decreasing_tok = -1, first_decreasing_seq = -1;
-    for (int32_t i = 0; i < n; i++) {
-        nb->n_outputs += nb->output[i];
-        int32_t p = nb->pos[i];
-        int32_t k0 = nb->seq_off[i], k1 = nb->seq_off[i + 1];
-        if (k1 - k0 > 1) nb->has_cpl = 1;
-        for (int32_t k = k0; k < k1; k++) {
-            int32_t s = nb->seq_id[k];
-            if (k > k0) ub_set_add(cpl[nb->seq_id[k0]], s);
-            if (distinct[s] == 0) {
-                nb->seq_pmin[s] = nb->seq_pmax[s] = p;
-                distinct[s] = 1;
-            } else {
-                if (p < nb->seq_pmin[s]) nb->seq_pmin[s] = p;
-                if (p > nb->seq_pmax[s]) nb->seq_pmax[s] = p;
-                if (p < last[s]) {
+    {
+        const int32_t *restrict off = nb->seq_off, *restrict ids = nb->seq_id, *restrict pos0 = nb->pos;
+        const int8_t *restrict outf = nb->output;
+        int32_t pmin[UB_MAX_SEQ], pmax[UB_MAX_SEQ], n_out = 0, cpl_any = 0;
+        uint64_t present[UB_SEQ_WORDS] = {0, 0, 0, 0};
+        /* state of the current run of single-id rows of one seq, kept in registers */
+        int32_t rs = -1, r_min = 0, r_max = 0, r_last = 0;
+        int64_t r_distinct = 0;
+#define FLUSH_RUN() do { if (rs >= 0) { pmin[rs] = r_min; pmax[rs] = r_max; last[rs] = r_last; \
+                                        distinct[rs] = r_distinct; rs = -1; } } while (0)
+        for (int32_t i = 0; i < n; i++) {
+            n_out += outf[i];
+            int32_t p = pos0[i];
+            int32_t k0 = off[i], k1 = off[i + 1];
+            if (k1 - k0 == 1) {
+                int32_t s = ids[k0];
+                if (s != rs) {
+                    FLUSH_RUN();
+                    if (distinct[s] == 0) {     /* first row of s: start its range */
+                        present[s >> 6] |= (uint64_t)1 << (s & 63);
+                        rs = s; r_min = r_max = r_last = p; r_distinct = 1;
+                        continue;
+                    }
+                    rs = s; r_min = pmin[s]; r_max = pmax[s]; r_last = last[s]; r_distinct = distinct[s];
+                }
+                if (p < r_min) r_min = p;
+                if (p > r_max) r_max = p;
+                if (p < r_last) {
                     monotone[s] = 0;
                     if (first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
-                } else if (p != last[s]) {
-                    distinct[s]++;
+                } else if (p != r_last) {
+                    r_distinct++;
                 }
+                r_last = p;
+                continue;
             }
-            last[s] = p;
+            FLUSH_RUN();
+            cpl_any = 1;
+            for (int32_t k = k0; k < k1; k++) {
+                int32_t s = ids[k];
+                if (k > k0) ub_set_add(cpl[ids[k0]], s);
+                if (distinct[s] == 0) {
+                    pmin[s] = pmax[s] = p;
+                    distinct[s] = 1;
+                    present[s >> 6] |= (uint64_t)1 << (s & 63);
+                } else {
+                    if (p < pmin[s]) pmin[s] = p;
+                    if (p > pmax[s]) pmax[s] = p;
+                    if (p < last[s]) {
+                        monotone[s] = 0;
+                        if (first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
+                    } else if (p != last[s]) {
+                        distinct[s]++;
+                    }
+                }
+                last[s] = p;
+            }
         }
-        for (int w = 0; w < UB_SEQ_WORDS; w++) nb->present[w] |= nb->seq_set[(size_t)i * UB_SEQ_WORDS + w];
+        FLUSH_RUN();
+#undef FLUSH_RUN
+        for (int s = 0; s < UB_MAX_SEQ; s++)
+            if (distinct[s]) { nb->seq_pmin[s] = pmin[s]; nb->seq_pmax[s] = pmax[s]; }
+        memcpy(nb->present, present, sizeof(present));
+        nb->n_outputs = n_out;
+        nb->has_cpl = cpl_any;
     }
 
     /* S3: rows grouped by seq set */
-    rc = build_groups(nb);
-    if (rc != UB_OK) NOMEM();
+    build_groups(nb);
 
     /* C1: positions against the memory; continuity */
     for (int32_t s = 0; s < n_seq_max; s++) {
@@ -372,20 +458,23 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     }
     /* C2: coupled sequences must agree in the memory */
     if (mem_min && mem_max && nb->has_cpl) {
-        for (int32_t s0 = 0; s0 < n_seq_max; s0++)
-            for (int32_t s1 = 0; s1 < n_seq_max; s1++)
-                if (ub_set_has(cpl[s0], s1) && (mem_min[s0] != mem_min[s1] || mem_max[s0] != mem_max[s1]))
-                    FAIL("sequence %d is coupled to %d in the input batch, but have divereged", s0, s1);
+        for (int32_t s0 = 0; s0 < n_seq_max; s0++) {
+            if (!ub_set_has(nb->present, s0)) continue;
+            for (int w = 0; w < UB_SEQ_WORDS; w++) {
+                for (uint64_t bits = cpl[s0][w]; bits; bits &= bits - 1) {
+                    int32_t s1 = w * 64 + __builtin_ctzll(bits);
+                    if (mem_min[s0] != mem_min[s1] || mem_max[s0] != mem_max[s1])
+                        FAIL("sequence %d is coupled to %d in the input batch, but have divereged", s0, s1);
+                }
+            }
+        }
     }
     /* C3: positions of a sequence must not decrease in batch order (the subset rule can never fire) */
     if (first_decreasing_tok >= 0) FAIL("sequence %d positions are decreasing (not allowed)", first_decreasing_seq);
 
 done:
-    if (rc != UB_OK) {
-        ub_norm_free(nb);
-        return rc;
-    }
-    ub_norm_free(a->cur);
+    if (rc != UB_OK) return rc;      /* nb stays the spare; a->cur is untouched */
+    a->spare = a->cur;
     a->cur = nb;
     ub_norm_split_reset(nb);
     return UB_OK;

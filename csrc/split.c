@@ -11,26 +11,44 @@ static ub_ubatch *ubatch_add(ub_norm *nb, const int32_t *idxs, int32_t n, int32_
     ub_ubatch *ub = ub_ubatch_alloc(n, n_ids, nb->n_pos, nb->embd ? nb->n_embd : 0, nb->token != NULL);
     if (!ub) return NULL;
     uint64_t seen[UB_SEQ_WORDS] = {0, 0, 0, 0};
-    int32_t w = 0;
-    ub->seq_off[0] = 0;
+    int32_t w = 0, n_out = nb->n_out_ids;
+    const int32_t *restrict src_off = nb->seq_off, *restrict src_id = nb->seq_id;
+    const int8_t *restrict src_out = nb->output;
+    const uint64_t *restrict src_set = nb->seq_set;
+    int32_t *restrict dst_off = ub->seq_off, *restrict dst_id = ub->seq_id, *restrict dst_nid = ub->n_seq_id;
+    int32_t *restrict out_ids = nb->out_ids, *restrict bidx = ub->batch_idxs;
+    int8_t *restrict dst_out = ub->output;
+    uint64_t *restrict dst_set = ub->seq_set;
+    dst_off[0] = 0;
     for (int32_t r = 0; r < n; r++) {
         int32_t b = idxs[r];
-        ub->batch_idxs[r] = b;
-        if (ub->token) ub->token[r] = nb->token[b];
-        if (ub->embd) memcpy(ub->embd + (size_t)r * nb->n_embd, nb->embd + (size_t)b * nb->n_embd, sizeof(float) * (size_t)nb->n_embd);
-        for (int32_t j = 0; j < nb->n_pos; j++) ub->pos[(size_t)j * n + r] = nb->pos[(size_t)j * nb->n_tokens + b];
-        int32_t k0 = nb->seq_off[b], k = nb->seq_off[b + 1] - k0;
-        memcpy(ub->seq_id + w, nb->seq_id + k0, sizeof(int32_t) * (size_t)k);
+        bidx[r] = b;
+        int32_t k0 = src_off[b], k = src_off[b + 1] - k0;
+        if (k == 1) dst_id[w] = src_id[k0];
+        else memcpy(dst_id + w, src_id + k0, sizeof(int32_t) * (size_t)k);
         w += k;
-        ub->seq_off[r + 1] = w;
-        ub->n_seq_id[r] = k;
-        const uint64_t *set = nb->seq_set + (size_t)b * UB_SEQ_WORDS;
-        for (int q = 0; q < UB_SEQ_WORDS; q++) {
-            ub->seq_set[(size_t)r * UB_SEQ_WORDS + q] = set[q];
-            seen[q] |= set[q];
-        }
-        ub->output[r] = nb->output[b];
-        if (nb->output[b]) nb->out_ids[nb->n_out_ids++] = b;
+        dst_off[r + 1] = w;
+        dst_nid[r] = k;
+        const uint64_t *set = src_set + (size_t)b * UB_SEQ_WORDS;
+        uint64_t *dset = dst_set + (size_t)r * UB_SEQ_WORDS;
+        for (int q = 0; q < UB_SEQ_WORDS; q++) { dset[q] = set[q]; seen[q] |= set[q]; }
+        int8_t o = src_out[b];
+        dst_out[r] = o;
+        if (o) out_ids[n_out++] = b;
+    }
+    nb->n_out_ids = n_out;
+    if (ub->token) {
+        int32_t *restrict dt = ub->token;
+        const int32_t *restrict st = nb->token;
+        for (int32_t r = 0; r < n; r++) dt[r] = st[idxs[r]];
+    }
+    if (ub->embd)
+        for (int32_t r = 0; r < n; r++)
+            memcpy(ub->embd + (size_t)r * nb->n_embd, nb->embd + (size_t)idxs[r] * nb->n_embd, sizeof(float) * (size_t)nb->n_embd);
+    for (int32_t j = 0; j < nb->n_pos; j++) {
+        int32_t *restrict dp = ub->pos + (size_t)j * n;
+        const int32_t *restrict sp = nb->pos + (size_t)j * nb->n_tokens;
+        for (int32_t r = 0; r < n; r++) dp[r] = sp[idxs[r]];
     }
     int32_t u = 0;
     for (int32_t s = 0; s < nb->n_seq_max; s++)
@@ -123,7 +141,7 @@ ub_ubatch *ub_alloc_split_equal(ub_alloc *a, int32_t n_ubatch, int32_t sequentia
     }
     /* phase 1: choose disjoint sets in order of their first unused row */
     int32_t max_sets = strict ? n_ubatch : n_ubatch + 1;
-    /* scratch (int32[4 * n_tokens]): sets | start cursors | rows_tmp | final rows, n_tokens each */
+    /* scratch (int32[8 * n_tokens]): sets | start cursors | rows_tmp | final rows, n_tokens each */
     int32_t *sets = nb->scratch;
     int32_t n = 0, last = -1;
     uint64_t taken[UB_SEQ_WORDS] = {0, 0, 0, 0};
@@ -228,9 +246,20 @@ ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
         mark_used(nb, c);
         if (n >= n_ubatch) break;
         int32_t nxt = -1;
-        for (int32_t j = c + 1; j < nb->n_tokens; j++) {
-            if (nb->used[j]) continue;
-            if (ub_set_subset(nb->seq_set + (size_t)j * UB_SEQ_WORDS, cur)) { nxt = j; break; }
+        const uint64_t *cs = cur;
+        if (__builtin_popcountll(cs[0]) + __builtin_popcountll(cs[1]) + __builtin_popcountll(cs[2]) +
+                __builtin_popcountll(cs[3]) == 1) {
+            /* a single-seq set: its only non-empty subset is itself, so follow its own row list */
+            int32_t g = nb->tok_group[c];
+            const int32_t *rows = nb->grp_tok + nb->grp_off[g];
+            int32_t len = nb->grp_off[g + 1] - nb->grp_off[g];
+            for (int32_t q = group_next(nb, g); q < len; q++)
+                if (!nb->used[rows[q]] && rows[q] > c) { nxt = rows[q]; break; }
+        } else {
+            for (int32_t j = c + 1; j < nb->n_tokens; j++) {
+                if (nb->used[j]) continue;
+                if (ub_set_subset(nb->seq_set + (size_t)j * UB_SEQ_WORDS, cur)) { nxt = j; break; }
+            }
         }
         if (nxt < 0) break;
         c = nxt;

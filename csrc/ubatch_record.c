@@ -7,7 +7,7 @@
 static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
 
 /* Sizes every array of the record from (n_tokens, n_ids, n_pos, n_embd) and carves them out of a
- * single zeroed block placed right after the struct. Caller owns the result (ub_ubatch_free). */
+ * single block placed right after the struct (array contents are left to the filler). Caller owns the result (ub_ubatch_free). */
 ub_ubatch *ub_ubatch_alloc(int32_t n_tokens, int32_t n_ids, int32_t n_pos, int32_t n_embd, int with_token) {
     if (n_tokens < 0 || n_ids < 0 || n_pos < 1 || n_embd < 0) return NULL;
     size_t nt = (size_t)n_tokens;
@@ -22,9 +22,10 @@ ub_ubatch *ub_ubatch_alloc(int32_t n_tokens, int32_t n_ids, int32_t n_pos, int32
     size_t o_out = sz;    sz += align8(nt);
     size_t o_bidx = sz;   sz += align8(nt * 4);
     size_t o_unq = sz;    sz += UB_MAX_SEQ * 4;
-    char *mem = calloc(1, sz);
+    char *mem = malloc(sz);     /* the filler writes every array; only the header is cleared here */
     if (!mem) return NULL;
     ub_ubatch *ub = (ub_ubatch *)mem;
+    memset(ub, 0, sizeof(*ub));
     ub->n_tokens = n_tokens;
     ub->n_pos = n_pos;
     ub->n_embd = n_embd;

@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from ubatch import debug as _debug
 from ubatch._ffi import ffi, lib
 from ubatch.batch import Batch
 from ubatch.errors import BatchError, SplitError, UbatchError
@@ -53,6 +54,7 @@ class BatchAllocator:
             raise MemoryError("cannot allocate a batch allocator")
         self._h = ffi.gc(h, lib.ub_alloc_free)
         self._lock = threading.Lock()
+        self._status = ffi.new("int32_t *")      # reused by every split (guarded by the lock)
         self._inited = False
         self.n_pos_per_embd = n_pos_per_embd
         self.warning: str = ""
@@ -112,6 +114,8 @@ class BatchAllocator:
             self._inited = True
             self.warning = ffi.string(lib.ub_alloc_warning(h)).decode()
         del keep
+        if _debug.LEVEL:
+            _debug.dump_init(self, batch)
 
     # ------------------------------------------------------------------ splits
     def _split_args(self, n_ubatch) -> int:
@@ -127,7 +131,10 @@ class BatchAllocator:
             if status[0] != lib.UB_OK:
                 self._raise(status[0])
             return None
-        return UBatch(ptr)
+        ub = UBatch(ptr)
+        if _debug.LEVEL:
+            _debug.dump_ubatch(self, ub)
+        return ub
 
     def split_reset(self) -> None:
         """Forgets every split since init (a new split loop starts over)."""
@@ -140,9 +147,8 @@ class BatchAllocator:
     def split_simple(self, n_ubatch: int) -> Optional[UBatch]:
         """The next n_ubatch unused rows in batch order; None when nothing is left."""
         n_ubatch = self._split_args(n_ubatch)
-        status = ffi.new("int32_t *")
         with self._lock:
-            return self._wrap(lib.ub_alloc_split_simple(self._handle(), n_ubatch, status), status)
+            return self._wrap(lib.ub_alloc_split_simple(self._handle(), n_ubatch, self._status), self._status)
 
     def split_equal(self, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
                     strict: bool = True) -> Optional[UBatch]:
@@ -152,17 +158,15 @@ class BatchAllocator:
         n_keep_tail = _int_arg("n_keep_tail", n_keep_tail)
         if not 0 <= n_keep_tail < n_ubatch:
             raise BatchError(f"n_keep_tail = {n_keep_tail} must be >= 0 and < n_ubatch = {n_ubatch}")
-        status = ffi.new("int32_t *")
         with self._lock:
             return self._wrap(lib.ub_alloc_split_equal(self._handle(), n_ubatch, 1 if sequential else 0,
-                                                       n_keep_tail, 1 if strict else 0, status), status)
+                                                       n_keep_tail, 1 if strict else 0, self._status), self._status)
 
     def split_seq(self, n_ubatch: int) -> Optional[UBatch]:
         """One sequence set per ubatch, following subsets (shared prefixes first)."""
         n_ubatch = self._split_args(n_ubatch)
-        status = ffi.new("int32_t *")
         with self._lock:
-            return self._wrap(lib.ub_alloc_split_seq(self._handle(), n_ubatch, status), status)
+            return self._wrap(lib.ub_alloc_split_seq(self._handle(), n_ubatch, self._status), self._status)
 
     # ------------------------------------------------------------------ state
     @property

@@ -44,9 +44,11 @@ class UBatch:
         self.n_pos: int = ptr.n_pos
         self.n_embd: int = ptr.n_embd
         self.equal_seqs: bool = bool(ptr.equal_seqs)
-        self._cache: dict = {}
+        self._cache: Optional[dict] = None
 
     def _view(self, name: str, shape: tuple, typestr: str) -> np.ndarray:
+        if self._cache is None:
+            self._cache = {}
         arr = self._cache.get(name)
         if arr is None:
             arr = c_array(self._ptr, getattr(self._ptr, name), shape, typestr)

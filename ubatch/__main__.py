@@ -1,0 +1,5 @@
+import sys
+
+from ubatch.cli import main
+
+sys.exit(main())
