@@ -66,7 +66,7 @@ def batch_cases(draw) -> dict:
             "tokens": draw(st.lists(st.integers(0, N_VOCAB - 1), min_size=n, max_size=n)),
             "output": draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=n, max_size=n))),
             "output_all": draw(st.integers(0, 4)) == 0, "fast_mem": draw(st.booleans()),
-            "seq_form": draw(st.sampled_from(["lists", "array", "none"]))}
+            "seq_form": draw(st.sampled_from(["lists", "array", "none", "rows"]))}
     if embd_input and n_pos > 1:
         if case["pos"] is None:
             case["pos"] = pos                          # M-RoPE embeddings need explicit positions
@@ -99,6 +99,16 @@ def batch_cases(draw) -> dict:
 
 def _batch(case: dict) -> Batch:
     n = len(case["rows"])
+    if case["seq_form"] == "rows" and case["pos"] is not None and case["output"] is not None:
+        # built row by row (add_token / add_embd), every row carrying all n_pos sections
+        b = Batch(n, n_pos_per_embd=case["n_pos"], n_embd=case["n_embd"] if case["embd"] else 0)
+        for i in range(n):
+            p = [sec[i] for sec in case["pos"]] if isinstance(case["pos"][0], list) else case["pos"][i]
+            if case["embd"]:
+                b.add_embd([100.0 * i + k for k in range(case["n_embd"])], p, case["rows"][i], case["output"][i])
+            else:
+                b.add_token(case["tokens"][i], p, case["rows"][i], case["output"][i])
+        return b
     if case["seq_form"] == "array" and all(len(r) == 1 for r in case["rows"]):
         seq_ids = np.array([r[0] for r in case["rows"]], dtype=np.int32)
     elif case["seq_form"] == "none" and all(r == [0] for r in case["rows"]):
