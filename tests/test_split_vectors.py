@@ -17,7 +17,7 @@ from ubatch.errors import BatchError, SplitError
 from ubatch.reference import ReferenceAllocator
 
 from split_helpers import (DATA, IMPLS, VECTOR_FILES, allocator_factory, build_batch, case_memory,
-                           diff_ubatches, expected_record, init_error_text, split_all, split_call,
+                           diff_ubatches, expected_record, init_error_text, log_messages, split_all, split_call,
                            ubatch_record)
 
 # sha256 of the uncompressed files, from /work/shared/vectors/index.json (see tests/data/README.md)
@@ -125,6 +125,15 @@ def replay_run(cls, case: dict, ri: int, run: dict, fast_mem: bool) -> List[str]
         if [int(x) for x in a.output] != nb["output"]:
             errs.append(f"{where}: normalised output {list(a.output)}, expected {nb['output']}")
 
+    if hasattr(a, "warning"):
+        warns = [m[len("init: "):] if m.startswith("init: ") else m
+                 for lvl, m in log_messages(run.get("init_log", "")) if lvl == "W"]
+        if a.warning != "\n".join(warns):
+            errs.append(f"{where}: init warning {a.warning!r}, expected {warns}")
+    if hasattr(a, "seq_pos_range"):
+        for s, lo, hi in nb["seq_pos"]:
+            if tuple(a.seq_pos_range(s)) != (lo, hi):
+                errs.append(f"{where}: seq_pos_range({s}) = {a.seq_pos_range(s)}, expected {(lo, hi)}")
     if run.get("skipped"):     # llama.cpp would GGML_ASSERT(n_ubatch > n_keep_tail)
         try:
             split_call(a, run)

@@ -94,6 +94,7 @@ class _State:
     seq_pos: dict                      # seq -> set of distinct positions (section 0)
     coupled: set                       # pairs (primary, other)
     seq_id_unq: List[int]
+    warning: str
 
 
 class ReferenceAllocator:
@@ -108,6 +109,7 @@ class ReferenceAllocator:
         self._used: List[bool] = []
         self._n_used = 0
         self._out_ids: List[int] = []
+        self.warning: str = ""     # the warning of the last successful init ("" if none)
 
     # ================================================================== init (§3)
     def init(self, batch: Batch, *, n_seq_max: int, n_vocab: Optional[int] = None, output_all: bool = False,
@@ -127,6 +129,7 @@ class ReferenceAllocator:
         st = self._build_state(batch, int(n_seq_max), None if n_vocab is None else int(n_vocab),
                                bool(output_all), memory)
         self._st = st              # commit: nothing above touched self
+        self.warning = st.warning
         self.split_reset()
 
     def _build_state(self, batch: Batch, n_seq_max: int, n_vocab: Optional[int], output_all: bool,
@@ -199,6 +202,7 @@ class ReferenceAllocator:
                 p_next[s] = p + 1
 
         # F4: output flags
+        warning = ""
         if batch._output is None:
             output = np.zeros(n, dtype=np.int8)
             if output_all:
@@ -208,8 +212,7 @@ class ReferenceAllocator:
         else:
             output = (np.asarray(batch._output[:n]) != 0).astype(np.int8)
             if output_all and not output.all():
-                # llama.cpp warns "embeddings required but some input tokens were not marked as outputs
-                # -> overriding" and uses all-ones
+                warning = "embeddings required but some input tokens were not marked as outputs -> overriding"
                 output[:] = 1
 
         # S1
@@ -278,6 +281,7 @@ class ReferenceAllocator:
         st.seq_rows, st.seq_sets, st.seq_set_map = seq_rows, seq_sets, seq_set_map
         st.output, st.n_outputs = output, n_outputs
         st.seq_pos, st.coupled, st.seq_id_unq = seq_pos, coupled, seq_id_unq
+        st.warning = warning
         return st
 
     @staticmethod
@@ -351,6 +355,12 @@ class ReferenceAllocator:
         if not 0 <= i < st.n_tokens:
             raise IndexError(f"row {i} out of range [0, {st.n_tokens})")
         return np.array(st.seq_rows[i], dtype=np.int32)
+
+    def seq_pos_range(self, s: int) -> Tuple[int, int]:
+        """(min, max) section-0 position of seq s in the batch, (-1, -1) if absent."""
+        if self._st is None or s not in self._st.seq_pos:
+            return (-1, -1)
+        return (min(self._st.seq_pos[s]), max(self._st.seq_pos[s]))
 
     @property
     def has_coupled(self) -> bool:
