@@ -280,7 +280,7 @@ int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, i
     const double work = (double)ns * per * n_head * (double)n_kv * head_dim;
     int64_t nt = n_threads > 0 ? n_threads : 1;
     if (nt > (int64_t)ns * j.n_tb * n_head_kv) nt = (int64_t)ns * j.n_tb * n_head_kv;
-    if (work < 65536.0) nt = 1;
+    if (work < 262144.0) nt = 1;
     if (nt > UB_POOL_MAX) nt = UB_POOL_MAX;
 
     /* kv heads per tile: as many as keep <= 32 queries per tile and >= 2 tiles per participant, so that
