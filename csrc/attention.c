@@ -1,10 +1,11 @@
 /* Attention over a KV cache with an online (streaming) softmax. Work is cut into tiles
- * (stream group k, block of tokens, kv head g) that the calling thread and the persistent pool's workers
- * (attn_pool.c) take from a shared counter. Each tile holds the query heads of one kv head (GQA: every
- * K/V row is loaded once for all n_head / n_head_kv of them) and walks its stream's cells [0, n_kv) in
- * chunks of UB_ATTN_CB, skipping chunks that none of its tokens can see (found once per call by a scan
- * of the mask). Every output row is computed by exactly one thread in a fixed order: results do not
- * depend on n_threads. */
+ * (stream group k, block of tokens, block of hb kv heads) that the calling thread and the persistent pool's
+ * workers (attn_pool.c) take from a shared counter. Per kv head, the query heads that read it are handled
+ * together (GQA: every K/V row is loaded once for all n_head / n_head_kv of them); grouping several kv
+ * heads in a tile makes it read whole cell rows of the cache ([cell][n_head_kv][head_dim]) in order. A tile
+ * walks its stream's cells [0, n_kv) in chunks of UB_ATTN_CB, skipping chunks that none of its tokens can
+ * see (found once per call by a vectorised scan of the mask). Every output row is computed by exactly one
+ * thread, by the same operations whatever the tiling: results do not depend on n_threads. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -164,6 +165,25 @@ static const float *chunk_rows(const attn_job *j, const void *base, int32_t type
     return scratch;
 }
 
+/* Ask (into L2) for a share gl / hb of the rows of chunk cn of kv heads [g0, g0 + hb), K and V: spread over
+ * the hb heads of the current chunk, the next chunk's block arrives in cell order while this one computes. */
+static void prefetch_share(const attn_job *j, int64_t stream_base, int32_t g0, int32_t cn, int32_t gl) {
+#if defined(__GNUC__)
+    const int32_t n0 = cn * UB_ATTN_CB, nb = j->n_kv - n0 < UB_ATTN_CB ? j->n_kv - n0 : UB_ATTN_CB;
+    const int64_t stride = (int64_t)j->n_head_kv * j->hd;
+    const int ek = j->k_type == UB_DT_F32 ? 4 : 2, ev = j->v_type == UB_DT_F32 ? 4 : 2;
+    const int64_t row = (int64_t)j->hb * j->hd; /* elements of the block's heads in one cell row */
+    for (int32_t c = nb * gl / j->hb; c < nb * (gl + 1) / j->hb; c++) {
+        const int64_t e0 = stream_base + (int64_t)(n0 + c) * stride + (int64_t)g0 * j->hd;
+        const char *pk = (const char *)j->k + e0 * ek, *pv = (const char *)j->v + e0 * ev;
+        for (int64_t b = 0; b < row * ek; b += 64) __builtin_prefetch(pk + b, 0, 1);
+        for (int64_t b = 0; b < row * ev; b += 64) __builtin_prefetch(pv + b, 0, 1);
+    }
+#else
+    (void)j; (void)stream_base; (void)g0; (void)cn; (void)gl;
+#endif
+}
+
 static void run_tile(const attn_job *j, attn_scratch *sc, int64_t tile) {
     const int32_t n_hb = j->n_head_kv / j->hb;
     const int32_t k = (int32_t)(tile / ((int64_t)j->n_tb * n_hb));
@@ -199,6 +219,7 @@ static void run_tile(const attn_job *j, attn_scratch *sc, int64_t tile) {
         const int32_t cb = n_kv - c0 < UB_ATTN_CB ? n_kv - c0 : UB_ATTN_CB;
         for (int32_t gl = 0; gl < j->hb; gl++) {
             const int32_t g = g0 + gl;
+            if (cn < j->n_chunks) prefetch_share(j, stream_base, g0, cn, gl);
             const int64_t off = stream_base + (int64_t)c0 * stride + (int64_t)g * hd;
             int64_t ks, vs;
             const float *kr = chunk_rows(j, j->k, j->k_type, off, cb, stride, sc->kc, &ks);
@@ -280,7 +301,7 @@ int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, i
     const double work = (double)ns * per * n_head * (double)n_kv * head_dim;
     int64_t nt = n_threads > 0 ? n_threads : 1;
     if (nt > (int64_t)ns * j.n_tb * n_head_kv) nt = (int64_t)ns * j.n_tb * n_head_kv;
-    if (work < 262144.0) nt = 1;
+    if (work < 1048576.0) nt = 1; /* ~100 us on one core: less than waking a worker may cost */
     if (nt > UB_POOL_MAX) nt = UB_POOL_MAX;
 
     /* kv heads per tile: as many as keep <= 32 queries per tile and >= 2 tiles per participant, so that
