@@ -13,6 +13,7 @@ test:
 	$(PY) -m pytest -q
 
 bench:
+	$(PY) -m ubatch bench --quick --out bench/results
 	$(PY) bench/bench_split.py
 
 clean:
