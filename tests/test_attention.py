@@ -1,8 +1,10 @@
 """The C attention kernel (online softmax, GQA, stream groups, f32/f16 K/V) against a float64 numpy reference."""
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -146,8 +148,8 @@ def test_masked_runs_skip_whole_chunks():
 def test_results_independent_of_thread_count_with_head_blocking():
     """Decode shape whose kv-head grouping per tile changes with n_threads: rows must be bit-identical."""
     rng = np.random.default_rng(5)
-    q, k, v, streams, mask = make_case(rng, ns=1, per=1, n_head_kv=8, ratio=4, hd=64, n_kv=500, kv_size=512,
-                                       n_stream=1, dtype=np.float32, hole_p=0.1)
+    q, k, v, streams, mask = make_case(rng, ns=1, per=1, n_head_kv=8, ratio=4, hd=64, n_kv=600, kv_size=640,
+                                       n_stream=1, dtype=np.float32, hole_p=0.1)  # > 1M MACs: threads used
     outs = [kernels.attention(q, k, v, streams, mask, n_threads=nt) for nt in (1, 2, 3, 8)]
     for o in outs[1:]:
         assert np.array_equal(o, outs[0])
@@ -180,32 +182,56 @@ def test_concurrent_calls_from_python_threads():
     assert not errors, errors
 
 
+def _n_tasks():
+    """Threads of this process (Linux), else None."""
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+
+
+def _pool_sized_case(seed):
+    """A decode batch big enough (> 1M multiply-adds) for the kernel to use a second thread."""
+    return make_case(np.random.default_rng(seed), ns=4, per=1, n_head_kv=4, ratio=4, hd=64, n_kv=600,
+                     kv_size=600, n_stream=4, dtype=np.float32)
+
+
 def test_pool_shutdown_and_restart():
-    rng = np.random.default_rng(2)
-    case = make_case(rng, ns=4, per=1, n_head_kv=2, ratio=4, hd=32, n_kv=600, kv_size=600, n_stream=4,
-                     dtype=np.float32)
+    case = _pool_sized_case(2)
     a = kernels.attention(*case, n_threads=2)
+    n = _n_tasks()
     kernels.attention_shutdown()
+    m = _n_tasks()
+    if n is not None:
+        assert m < n  # the pool's workers were joined
     kernels.attention_shutdown()  # idempotent
-    b = kernels.attention(*case, n_threads=2)  # workers start again
+    b = kernels.attention(*case, n_threads=2)  # a worker starts again
+    if n is not None:
+        assert _n_tasks() == m + 1
     assert np.array_equal(a, b)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
 def test_fork_child_gets_a_working_pool():
-    rng = np.random.default_rng(4)
-    case = make_case(rng, ns=4, per=1, n_head_kv=2, ratio=4, hd=32, n_kv=600, kv_size=600, n_stream=4,
-                     dtype=np.float32)
+    case = _pool_sized_case(4)
     expected = kernels.attention(*case, n_threads=2)  # parent's workers exist now
     pid = os.fork()
     if pid == 0:  # child: the parent's workers are gone; the pool must start fresh ones, not hang
-        ok = False
+        code = 3
         try:
-            ok = np.array_equal(kernels.attention(*case, n_threads=2), expected)
+            before = _n_tasks()
+            if np.array_equal(kernels.attention(*case, n_threads=2), expected):
+                code = 0 if before is None or _n_tasks() == before + 1 else 4  # one new worker thread
         finally:
-            os._exit(0 if ok else 3)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:  # a child stuck waiting for the parent's (absent) workers must fail the test, not hang it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("forked child hung in attention()")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "child: 3 = wrong result, 4 = no fresh worker"
 
 
 _GENERIC_SCRIPT = """
