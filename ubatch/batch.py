@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence, Union
 
+import os
+
 import numpy as np
 
 from ubatch._ffi import ffi
@@ -19,10 +21,49 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 IntOrSeq = Union[int, Sequence[int]]
 
+MAX_TOKENS = 2**28        # = UB_MAX_TOKENS (csrc/ub_common.h): the most rows the allocator accepts
+
+
+def _physical_memory() -> int:
+    """Bytes of RAM of this machine (1 TiB when unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def batch_bytes(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> int:
+    """Bytes a Batch of this capacity allocates: token, pos, seq_off, seq_id (>= 8), output, kind, embd."""
+    cap = n_tokens_max
+    return cap * (4 + 4 * n_pos_per_embd + 1 + 1 + 4 * n_embd) + 4 * (cap + 1) + 4 * max(cap, 8)
+
+
+def check_batch_size(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> None:
+    """Raises ValueError, naming the size a batch would need, when it exceeds MAX_TOKENS rows or the
+    machine's physical memory (checked before anything is allocated)."""
+    need = batch_bytes(n_tokens_max, n_pos_per_embd, n_embd)
+    what = f"a batch of n_tokens_max = {n_tokens_max}, n_embd = {n_embd} would need {_fmt_bytes(need)} ({need} bytes)"
+    if n_tokens_max > MAX_TOKENS:
+        raise ValueError(f"{what}; at most {MAX_TOKENS} rows are supported")
+    ram = _physical_memory()
+    if need > ram:
+        raise ValueError(f"{what}, more than this machine's {_fmt_bytes(ram)} of memory")
+
 
 def _as_int32(name: str, values, shape_desc: str) -> np.ndarray:
     """Converts integer data to int32, naming the first element that does not fit."""
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as e:   # ragged nesting, unconvertible objects
+        raise TypeError(f"{name} must be an integer array {shape_desc}: {e}") from None
     if arr.dtype == np.int32:
         return np.ascontiguousarray(arr)
     if arr.size == 0:
@@ -67,6 +108,7 @@ class Batch:
             raise ValueError(f"n_pos_per_embd must be 1, 3 or 4, got {n_pos_per_embd}")
         if n_embd < 0:
             raise ValueError(f"n_embd must be >= 0, got {n_embd}")
+        check_batch_size(n_tokens_max, n_pos_per_embd, n_embd)
         cap = n_tokens_max
         self.n_tokens_max = cap
         self.n_pos_per_embd = n_pos_per_embd
@@ -95,7 +137,12 @@ class Batch:
             p = _check_int(f"pos of row {i}", pos)
             self._pos[:, i] = p
         else:
-            ps = [_check_int(f"pos[{j}] of row {i}", v) for j, v in enumerate(pos)]
+            try:
+                pos_items = list(pos)
+            except TypeError:
+                raise TypeError(f"pos of row {i} must be an int or a sequence of {self.n_pos_per_embd} ints, "
+                                f"got {type(pos).__name__}") from None
+            ps = [_check_int(f"pos[{j}] of row {i}", v) for j, v in enumerate(pos_items)]
             if len(ps) != self.n_pos_per_embd:
                 raise BatchError(f"row {i}: {len(ps)} position values given, the batch has "
                                  f"n_pos_per_embd = {self.n_pos_per_embd}")
@@ -129,11 +176,16 @@ class Batch:
         i = self._check_room()
         if self._embd is None:
             raise BatchError("this batch was created with n_embd = 0; it cannot hold embedding rows")
-        vec = np.asarray(row)
+        try:
+            vec = np.asarray(row)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise TypeError(f"embedding row {i} must be a numeric array: {e}") from None
         if vec.dtype.kind not in "fiu":
             raise TypeError(f"embedding row {i} must be numeric, got dtype {vec.dtype}")
         if vec.shape != (self.n_embd,):
             raise BatchError(f"embedding row {i} has shape {vec.shape}, expected ({self.n_embd},)")
+        with np.errstate(over="ignore", invalid="ignore"):
+            vec = vec.astype(np.float32)
         if not np.isfinite(vec).all():
             raise BatchError(f"embedding row {i} has a non-finite value at column {int(np.flatnonzero(~np.isfinite(vec))[0])}")
         self._put_common(i, pos, seq_ids, output)
@@ -166,12 +218,16 @@ class Batch:
                 raise BatchError(f"tokens must be 1-D, got shape {tok.shape}")
             n = tok.shape[0]
         if embd is not None:
-            emb = np.asarray(embd)
+            try:
+                emb = np.asarray(embd)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise TypeError(f"embd must be a float array [n, n_embd]: {e}") from None
             if emb.dtype.kind not in "fiu" or emb.dtype == np.bool_:
                 raise TypeError(f"embd must be a float array [n, n_embd], got dtype {emb.dtype}")
             if emb.ndim != 2 or emb.shape[1] < 1:
                 raise BatchError(f"embd must have shape [n, n_embd] with n_embd >= 1, got {emb.shape}")
-            emb = np.ascontiguousarray(emb, dtype=np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):   # overflow to inf is reported just below
+                emb = np.ascontiguousarray(emb, dtype=np.float32)
             if tok is not None and emb.shape[0] != n:
                 raise BatchError(f"embd has {emb.shape[0]} rows but tokens has {n}")
             n = emb.shape[0]
@@ -202,7 +258,10 @@ class Batch:
         if output is None:
             b._output = None
         else:
-            o = np.asarray(output)
+            try:
+                o = np.asarray(output)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise TypeError(f"output must be a bool or integer array [n]: {e}") from None
             if o.shape != (n,):
                 raise BatchError(f"output must have shape ({n},), got {o.shape}")
             if o.dtype != np.bool_ and not np.issubdtype(o.dtype, np.integer):
@@ -295,7 +354,11 @@ def _seq_arrays(seq_ids, n: int):
     if len(rows) != n:
         raise BatchError(f"seq_ids has {len(rows)} rows, expected {n}")
     if all(isinstance(r, (int, np.integer)) and not isinstance(r, (bool, np.bool_)) for r in rows):
-        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", np.asarray(rows, dtype=np.int64), "[n]")
+        try:
+            flat_ids = np.asarray(rows, dtype=np.int64)
+        except OverflowError:   # a Python int beyond int64: name it
+            flat_ids = np.asarray([_check_int(f"seq_ids[{i}]", r) for i, r in enumerate(rows)], dtype=np.int64)
+        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", flat_ids, "[n]")
     off = np.zeros(n + 1, np.int32)
     flat: list = []
     for i, r in enumerate(rows):
