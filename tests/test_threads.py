@@ -176,3 +176,29 @@ def test_close_while_other_threads_read():
         stop.set()
         t.join()
         assert all("closed" in m for m in seen)
+
+
+def test_batch_growing_while_allocators_init_on_it():
+    """A writer appends rows of 16 seq ids (regrowing the batch's seq-id storage 4 times per batch) while 4
+    threads init on the same Batch. Each init sees a consistent prefix of the rows; none may read freed
+    storage (before the fix, the old seq-id array was freed while a C init still read it: ASan
+    heap-use-after-free)."""
+    cap, ids = 1500, list(range(16))
+    for _round in range(20):
+        b = Batch(cap)
+        b.add_token(0, 0, ids)
+        done = threading.Event()
+
+        def writer():
+            for i in range(1, cap):
+                b.add_token(i, i, ids)
+            done.set()
+
+        def initer(k):
+            a = BatchAllocator()
+            while not done.is_set():
+                a.init(b, n_seq_max=16)
+                n = a.n_tokens
+                assert 1 <= n <= cap and a.pos[0, n - 1] == n - 1 and a.split_seq(n).n_tokens == n
+
+        _run_threads(lambda k: writer() if k == 0 else initer(k), n=5)

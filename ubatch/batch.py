@@ -331,6 +331,9 @@ class Batch:
             cin.seq_id = ptr("int32_t[]", self._seq_id) if self._seq_off is not None else ffi.NULL
             cin.output = ptr("int8_t[]", self._output)
             cin.row_kind = ptr("uint8_t[]", kind)
+            # the returned cdata itself pins the arrays it points into: an init running in another thread
+            # keeps reading valid memory even if this batch regrows its storage (and drops _cin) meanwhile
+            cin = ffi.gc(cin, lambda _p, _keep=keep: None)
             self._cin = (cin, keep)
         cin = self._cin[0]
         cin.n_tokens = self.n_tokens
