@@ -21,6 +21,7 @@ fuzz: build
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_*.py tests/test_threads*.py tests/test_lifetime*.py tests/test_limits*.py
 
 bench:
+	$(PY) -m ubatch bench --quick --out bench/results
 	$(PY) bench/bench_split.py
 
 clean:

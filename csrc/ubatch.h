@@ -5,5 +5,7 @@
 
 #include "ub_common.h"
 #include "ub_alloc.h"
+#include "ub_kv.h"
+#include "ub_compute.h"
 
 #endif

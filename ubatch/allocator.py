@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from ubatch import debug as _debug
 from ubatch._ffi import ffi, lib
 from ubatch.batch import Batch
 from ubatch.errors import BatchError, SplitError, UbatchError
@@ -136,6 +137,8 @@ class BatchAllocator:
             self._inited = True
             self.warning = ffi.string(lib.ub_alloc_warning(h)).decode()
         del keep
+        if _debug.LEVEL:
+            _debug.dump_init(self, batch)
 
     # ------------------------------------------------------------------ splits
     def _split_args(self, n_ubatch) -> int:
@@ -156,7 +159,10 @@ class BatchAllocator:
             if status[0] != lib.UB_OK:
                 self._raise(status[0])
             return None
-        return UBatch(ptr)
+        ub = UBatch(ptr)
+        if _debug.LEVEL:
+            _debug.dump_ubatch(self, ub)
+        return ub
 
     def split_reset(self) -> None:
         """Forgets every split since init (a new split loop starts over)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import List
 
 from ubatch.allocator import BatchAllocator
@@ -29,6 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--keep-tail", type=int, default=0, help="split_equal: n_keep_tail")
     p.add_argument("--llama-exact", action="store_true", help="split_equal strict=False (llama.cpp's n_ubatch+1 overflow)")
     p.add_argument("--outputs", choices=["last", "all"], default="last")
+    p.add_argument("--png", metavar="FILE", default=None,
+                   help="also draw the split: batch rows coloured by sequence, grouped into ubatches (needs matplotlib)")
     p.set_defaults(func=run)
 
 
@@ -70,4 +73,32 @@ def run(args) -> int:
     print(f"out_ids: {alloc.out_ids.tolist()}")
     if alloc.n_used < alloc.n_tokens:
         print(f"warning: only {alloc.n_used} of {alloc.n_tokens} tokens were placed")
+    if args.png:
+        return write_png(args, batch, alloc, ubs)
+    return 0
+
+
+def describe(args) -> str:
+    what = args.strategy
+    if args.strategy == "equal":
+        what += "(" + ", ".join(x for x in ["sequential" if args.sequential else "",
+                                            f"n_keep_tail={args.keep_tail}" if args.keep_tail else "",
+                                            "llama.cpp-exact" if args.llama_exact else "strict"] if x) + ")"
+    prefix = f", shared prefix {args.shared_prefix}" if args.shared_prefix else ""
+    return (f"split_{what}, n_ubatch {args.n_ubatch}: seqs of {','.join(map(str, args.seqs))} tokens "
+            f"({args.layout}{prefix}, outputs {args.outputs})")
+
+
+def write_png(args, batch, alloc: BatchAllocator, ubs: List[UBatch]) -> int:
+    try:
+        from ubatch.viz.plan_png import draw_plan
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from ubatch.viz.plan_png import PLOT_HINT
+        print(f"ubatch plan: {PLOT_HINT}", file=sys.stderr)
+        return 2
+    seq_ids = [sorted(set(batch.seq_ids(i))) for i in range(batch.n_tokens)]
+    draw_plan(args.png, batch_seq_ids=seq_ids, batch_pos=alloc.pos, batch_output=alloc.output, ubatches=ubs,
+              out_ids=alloc.out_ids.tolist(), n_ubatch=args.n_ubatch, title=describe(args))
+    print(f"wrote {args.png}")
     return 0

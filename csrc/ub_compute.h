@@ -1,0 +1,92 @@
+/* Compute kernels of the forward pass: RoPE (llama.cpp NORM / NEOX / M-RoPE pairings), the K-shift
+ * (re-rotation of cached K by a per-cell delta) and attention with an online softmax over a KV cache
+ * stored as float32 or float16. Shapes and ownership are documented at each function. */
+#ifndef UB_COMPUTE_H
+#define UB_COMPUTE_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* cdef:begin */
+/* RoPE pairings (values of llama.cpp's rope_type) and K/V storage types. */
+enum {
+    UB_ROPE_NORM = 0,      /* rotate consecutive pairs (x[2i], x[2i+1]) */
+    UB_ROPE_NEOX = 2,      /* rotate halves (x[i], x[i + n_rot/2]) */
+    UB_ROPE_MROPE = 8      /* NEOX pairing, position section chosen per pair by `sections` (n_pos = 4) */
+};
+enum { UB_DT_F32 = 0, UB_DT_F16 = 1 };
+
+/* Rotate x in place. x: float[n_rows][n_head][head_dim] (caller-owned, contiguous); pos: int32[n_pos][n_rows]
+ * section-major (caller-owned); sections: int32[4] for UB_ROPE_MROPE, else ignored (may be NULL).
+ * Only the first n_rot dims of each head rotate; theta_i = freq_scale * pos * base^(-2i/n_rot).
+ * Returns UB_OK or UB_E_ARG. */
+int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t n_rot,
+            const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
+            const int32_t *sections);
+
+/* K-shift: rotate every cached key of cell c by delta[c] (cells with delta 0 are left untouched).
+ * k: [n_cells][n_head_kv][head_dim] of float32 (dtype UB_DT_F32) or IEEE half as uint16 (UB_DT_F16),
+ * caller-owned, modified in place; delta: int32[n_cells] caller-owned. M-RoPE shifts every section by
+ * the same delta, which is the NEOX rotation. Returns UB_OK or UB_E_ARG. */
+int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
+                  int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale);
+
+/* Attention of ns stream groups over a KV cache (see ub_attention in attention.c for the layout).
+ * Returns UB_OK, UB_E_ARG (bad sizes/type) or UB_E_NOMEM. */
+int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, int32_t v_type,
+                 const int32_t *streams, const float *mask, float *out,
+                 int32_t ns, int32_t per, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                 int32_t n_stream, int32_t kv_size, int32_t n_kv, float scale, int32_t n_threads);
+
+/* Elementwise IEEE half <-> float conversion (round to nearest even), n values, caller-owned buffers. */
+void ub_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
+void ub_f32_to_f16(const float *src, uint16_t *dst, int64_t n);
+/* cdef:end */
+
+/* --- internal helpers (not exported) --- */
+static inline float ub_h2f(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t ex = (h >> 10) & 0x1fu;
+    const uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    float f;
+    if (ex == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: man * 2^-24, exact in float */
+            f = (float)man * 5.9604644775390625e-08f;
+            memcpy(&bits, &f, 4);
+            bits |= sign;
+        }
+    } else if (ex == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((ex + 112u) << 23) | (man << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t ub_f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf / nan (keep a quiet nan) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? (0x200u | ((ax >> 13) & 0x3ffu)) : 0u));
+    if (ax >= 0x477ff000u) /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: half subnormal or zero; adding 0.5 rounds to a multiple of 2^-24 */
+        float a;
+        memcpy(&a, &ax, 4);
+        a += 0.5f;
+        uint32_t b;
+        memcpy(&b, &a, 4);
+        return (uint16_t)(sign | (b - 0x3f000000u));
+    }
+    /* normal: rebias exponent (127 -> 15) and round the 13 dropped bits to nearest even */
+    ax += 0xc8000fffu + ((ax >> 13) & 1u);
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+#endif

@@ -1,0 +1,209 @@
+"""`ubatch bench split`: planning time on the very batches llama.cpp's allocator was timed on (W1-W6),
+beside llama.cpp's own C++ time for the same plans. bench/bench_split.py is a thin entry point to this.
+
+Per workload and strategy: µs per plan = init + split_reset + the whole split loop, called from Python,
+median of many repetitions after warm-up, with a mock memory attached (as llama_decode always has one);
+optionally also for the pure-Python reference allocator (ubatch.reference) when this build has it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from ubatch.allocator import BatchAllocator
+from ubatch.batch import Batch
+from ubatch.benchsuite.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
+
+
+class ArrayMemory:
+    """A mock memory answering seq_pos_min/max from arrays (like llama.cpp's benchmark mock)."""
+
+    def __init__(self, mem, n_seq_max: int) -> None:
+        self.lo = np.full(n_seq_max, -1, np.int32)
+        self.hi = np.full(n_seq_max, -1, np.int32)
+        for s, a, b in mem or []:
+            self.lo[s], self.hi[s] = a, b
+
+    def seq_pos_min(self, s: int) -> int:
+        return int(self.lo[s])
+
+    def seq_pos_max(self, s: int) -> int:
+        return int(self.hi[s])
+
+    def _seq_pos_bounds(self, n: int):
+        return self.lo[:n], self.hi[:n]
+
+
+def expand(w: dict, defaults: dict) -> dict:
+    """One workload of WORKLOADS as concrete rows: segments are inclusive seq ranges laid out contiguously
+    (seq by seq), interleaved (position by position) or shared (one row carrying every seq of the range)."""
+    d = dict(defaults, **{k: v for k, v in w.items() if k in defaults})
+    n_vocab = d["n_vocab"]
+    seq_ids: List[List[int]] = []
+    pos: List[int] = []
+    for seg in w["segments"]:
+        seqs = list(range(seg["seqs"][0], seg["seqs"][1] + 1))
+        n, p0, lay = seg["n"], seg["pos0"], seg["layout"]
+        if lay == "contiguous":
+            rows = [([s], p0 + k) for s in seqs for k in range(n)]
+        elif lay == "interleaved":
+            rows = [([s], p0 + k) for k in range(n) for s in seqs]
+        elif lay == "shared":
+            rows = [(seqs, p0 + k) for k in range(n)]
+        else:
+            raise ValueError(f"unknown segment layout {lay!r} in workload {w['id']}")
+        for ids, p in rows:
+            seq_ids.append(ids)
+            pos.append(p)
+    pos_a = np.asarray(pos, np.int64)
+    first = np.asarray([ids[0] for ids in seq_ids], np.int64)
+    tokens = (7919 * first + 104729 * pos_a + 17) % n_vocab
+    if d["output"] == "all":
+        output = np.ones(len(pos), np.int8)
+    else:
+        last: Dict[int, int] = {}
+        for i, ids in enumerate(seq_ids):
+            for s in ids:
+                last[s] = i
+        output = np.zeros(len(pos), np.int8)
+        output[sorted(set(last.values()))] = 1
+    mem = None
+    if "mem" in w:
+        m = w["mem"]
+        mem = [[s, m["pos_min"], m["pos_max"]] for s in range(m["seqs"][0], m["seqs"][1] + 1)]
+    return {"id": w["id"], "desc": w.get("desc", ""), "n_seq_max": d["n_seq_max"], "n_vocab": n_vocab,
+            "output_all": d["output_all"], "tokens": tokens.astype(np.int32), "pos": pos_a.astype(np.int32),
+            "seq_ids": seq_ids, "output": output, "mem": mem, "n_ubatch": w["n_ubatch"], "strategies": w["strategies"]}
+
+
+def strategy_label(st: dict) -> str:
+    if st["strategy"] == "equal":
+        return f"equal(seq={'true' if st.get('sequential') else 'false'})"
+    return st["strategy"]
+
+
+def plan_once(alloc, batch: Batch, w: dict, st: dict, mem) -> int:
+    alloc.init(batch, n_seq_max=w["n_seq_max"], n_vocab=w["n_vocab"], output_all=w["output_all"], memory=mem)
+    alloc.split_reset()
+    n_ub, kind = w["n_ubatch"], st["strategy"]
+    count = 0
+    if kind == "simple":
+        while alloc.split_simple(n_ub) is not None:
+            count += 1
+    elif kind == "seq":
+        while alloc.split_seq(n_ub) is not None:
+            count += 1
+    else:
+        seq, tail = bool(st.get("sequential")), int(st.get("n_keep_tail", 0))
+        while alloc.split_equal(n_ub, sequential=seq, n_keep_tail=tail, strict=False) is not None:
+            count += 1
+    return count
+
+
+def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: int) -> tuple:
+    n_ub = plan_once(alloc, batch, w, st, mem)
+    for _ in range(warmup):
+        plan_once(alloc, batch, w, st, mem)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        plan_once(alloc, batch, w, st, mem)
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(samples), n_ub
+
+
+def reference_allocator_class():
+    """ubatch.reference.ReferenceAllocator when this build has it, else None."""
+    try:
+        from ubatch.reference import ReferenceAllocator
+    except ImportError:
+        return None
+    return ReferenceAllocator
+
+
+def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = True,
+        only: Optional[List[str]] = None, progress=None) -> List[dict]:
+    """One row per (workload, strategy) of W1-W6 (or the ids in `only`)."""
+    llama_us = {(r["workload"], r["strategy"]): r for r in LLAMA_CPP_TIMINGS["table"]}
+    ref_cls = reference_allocator_class() if reference else None
+    cells = []
+    for w in (expand(x, WORKLOADS["defaults"]) for x in WORKLOADS["workloads"]):
+        if only and w["id"] not in only:
+            continue
+        for st in w["strategies"]:
+            cells.append((w, st))
+    it = cells if progress is None else progress(cells, len(cells))
+    rows = []
+    batches: Dict[str, Batch] = {}
+    for w, st in it:
+        batch = batches.get(w["id"])
+        if batch is None:
+            batch = batches[w["id"]] = Batch.from_arrays(tokens=w["tokens"], pos=w["pos"], seq_ids=w["seq_ids"],
+                                                         output=w["output"])
+        mem = ArrayMemory(w["mem"], w["n_seq_max"])
+        label = strategy_label(st)
+        c_us, n_ub = time_plans(BatchAllocator(), batch, w, st, mem, reps, warmup)
+        ref_us = None
+        if ref_cls is not None:
+            ref_us, _ = time_plans(ref_cls(), batch, w, st, mem, ref_reps, 1)
+        ll = llama_us.get((w["id"], label), {})
+        rows.append({"workload": w["id"], "strategy": label, "n_tokens": len(w["tokens"]), "n_ubatch": w["n_ubatch"],
+                     "n_ubatches": n_ub, "llama_cpp_n_ubatches": ll.get("n_ubatches"), "c_us": round(c_us, 2),
+                     "reference_us": None if ref_us is None else round(ref_us, 1),
+                     "llama_cpp_us": ll.get("median_us"),
+                     "ratio_to_llama_cpp": round(c_us / ll["median_us"], 3) if ll else None,
+                     "speedup_vs_reference": round(ref_us / c_us, 1) if ref_us else None})
+    return rows
+
+
+def _f(v, fmt: str) -> str:
+    return format(v, fmt) if v is not None else "-"
+
+
+def table(rows: List[dict]) -> str:
+    hdr = (f"{'workload':8} {'strategy':16} {'tokens':>6} {'ubatches':>8} {'C µs':>9} {'llama.cpp µs':>12} "
+           f"{'C/llama':>8} {'ref µs':>10} {'ref/C':>7}")
+    out = [hdr, "-" * len(hdr)]
+    for r in rows:
+        out.append(f"{r['workload']:8} {r['strategy']:16} {r['n_tokens']:6d} {r['n_ubatches']:8d} {r['c_us']:9.1f} "
+                   f"{_f(r['llama_cpp_us'], '.1f'):>12} {_f(r['ratio_to_llama_cpp'], '.3f'):>8} "
+                   f"{_f(r['reference_us'], '.0f'):>10} {_f(r['speedup_vs_reference'], '.0f'):>7}")
+    return "\n".join(out)
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--reps", type=int, default=200, help="timed repetitions per plan (default 200)")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--ref-reps", type=int, default=5, help="repetitions for the slow pure-Python reference")
+    ap.add_argument("--no-reference", action="store_true", help="skip the pure-Python reference allocator")
+    ap.add_argument("--workload", action="append", default=None, metavar="ID", help="only this workload (W1..W6); repeatable")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows here")
+
+
+def main_args(args, progress=None) -> int:
+    if args.reps < 1 or args.warmup < 0 or args.ref_reps < 1:
+        raise SystemExit("--reps and --ref-reps must be >= 1, --warmup >= 0")
+    reference = not args.no_reference
+    if reference and reference_allocator_class() is None:
+        print("note: the pure-Python reference allocator (ubatch.reference) is not in this build; timing C only")
+        reference = False
+    rows = run(args.reps, args.warmup, args.ref_reps, reference, args.workload, progress)
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"what": "µs per plan (init + split_reset + split loop) from Python; median", "reps": args.reps,
+                       "llama_cpp": {k: LLAMA_CPP_TIMINGS[k] for k in ("what", "llama_cpp_commit", "machine")},
+                       "rows": rows}, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return main_args(ap.parse_args(argv))

@@ -1,0 +1,1 @@
+"""Pictures (matplotlib, an optional extra: `pip install ubatch[plot]`)."""
