@@ -202,3 +202,95 @@ def test_batch_growing_while_allocators_init_on_it():
                 assert 1 <= n <= cap and a.pos[0, n - 1] == n - 1 and a.split_seq(n).n_tokens == n
 
         _run_threads(lambda k: writer() if k == 0 else initer(k), n=5)
+
+
+# ------------------------------------------------------------------------------------ Context / KV cache
+def _decode_rounds(ctx, s, rounds, m, rng):
+    for r in range(rounds):
+        toks = rng.integers(0, 200, m)
+        ctx.decode(Batch.from_arrays(tokens=toks, seq_ids=[s] * m, output=[i == m - 1 for i in range(m)]))
+        if r == rounds // 2:
+            ctx.memory.seq_rm(s, p0=m)          # drop all but the first m positions, then continue after them
+
+
+def _seq_state(ctx, s):
+    kv = ctx.memory
+    pos = sorted(p for st in range(kv.n_stream) for _, p, ids in kv.cells(st) if s in ids)
+    return kv.seq_pos_min(s), kv.seq_pos_max(s), pos
+
+
+@pytest.mark.parametrize("with_model", [False, True])
+def test_one_context_many_threads_equals_serial(with_model):
+    """8 threads decode their own sequence on one Context (seq ops in between; a 9th thread reads the
+    outputs and the cache meanwhile). Decodes serialise on the context's lock, so every sequence ends as in
+    a serial run: same positions, and (with the model) the same logits for one more token."""
+    from ubatch import Context
+
+    model = None
+    if with_model:
+        from ubatch.models import tiny_llama
+        model = tiny_llama()
+    rounds, m = 6, 12
+
+    def make():
+        return Context(model, n_ctx=1024, n_batch=64, n_ubatch=8, n_seq_max=N_THREADS, kv_unified=True)
+
+    serial = make()
+    for s in range(N_THREADS):
+        _decode_rounds(serial, s, rounds, m, np.random.default_rng(s))
+    shared = make()
+    stop = threading.Event()
+
+    def work(k):
+        if k == N_THREADS:       # reader
+            while not stop.is_set():
+                _ = (shared.n_outputs, shared.output_ids, shared.last_ubatches, shared.memory.cells(0), repr(shared.memory))
+                if with_model:
+                    try:
+                        assert np.isfinite(shared.get_logits()).all()
+                    except UbatchError:
+                        pass
+            return
+        _decode_rounds(shared, k, rounds, m, np.random.default_rng(k))
+
+    readers = threading.Thread(target=work, args=(N_THREADS,))
+    readers.start()
+    try:
+        _run_threads(work)
+    finally:
+        stop.set()
+        readers.join()
+    assert shared.memory.used(0) == serial.memory.used(0)
+    for s in range(N_THREADS):
+        assert _seq_state(shared, s) == _seq_state(serial, s)
+        if with_model:
+            probe = Batch.from_arrays(tokens=[7], seq_ids=[s], output=[True])
+            serial.decode(probe)
+            shared.decode(probe)
+            np.testing.assert_allclose(shared.get_logits(), serial.get_logits(), rtol=1e-5, atol=1e-6)
+
+
+def test_context_close_while_decoding():
+    """close() from another thread waits for a running decode; later decodes raise "closed"."""
+    from ubatch import Context
+
+    ctx = Context(None, n_ctx=4096, n_batch=512, n_ubatch=16, n_seq_max=4, kv_unified=True)
+    b = Batch.from_arrays(tokens=list(range(256)), seq_ids=[i % 4 for i in range(256)])
+    errors = []
+
+    def work(k):
+        for _ in range(20):
+            try:
+                if k == 0:
+                    ctx.close()
+                ctx.decode(b)
+                ctx.memory.seq_rm(-1)
+            except UbatchError as e:
+                errors.append(str(e))
+
+    _run_threads(work, n=4)
+    assert errors and all("closed" in e for e in errors), errors[:3]
+    with Context(None, n_ctx=256) as c2:
+        c2.decode(Batch.from_arrays(tokens=[1, 2]))
+    with pytest.raises(UbatchError, match="closed"):
+        c2.decode(Batch.from_arrays(tokens=[3], pos=[2]))
