@@ -144,3 +144,35 @@ def test_create_init_split_destroy_cycles_flat_rss():
     growth = _rss_bytes() - rss0
     if not UNDER_ASAN:
         assert growth < 20 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over {cycles} cycles"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="RSS is read from /proc/self/statm (Linux only)")
+def test_context_create_decode_destroy_cycles_flat_rss():
+    """Context (KV cache + allocator) created, decoded into (automatic positions, 2 streams), closed or
+    collected: 100,000 cycles in the fuzz profile, 20,000 otherwise (about 1 s); 1,000 under ASan."""
+    from ubatch import Context
+
+    fuzz = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
+    cycles = 1_000 if UNDER_ASAN else (100_000 if fuzz else 20_000)
+    b = Batch.from_arrays(tokens=[1, 2, 3, 4, 5], seq_ids=[0, 1, 0, 1, 0], output=[1, 0, 1, 1, 1])
+
+    def cycle(i):
+        c = Context(None, n_ctx=256, n_batch=16, n_ubatch=4, n_seq_max=2)
+        c.decode(b)
+        c.memory.seq_rm(1)
+        c.decode(Batch.from_arrays(tokens=[9], seq_ids=[1]))
+        n = c.n_outputs + len(c.last_ubatches)
+        if i % 2:
+            c.close()
+        return n
+
+    for i in range(1_000):
+        cycle(i)
+    gc.collect()
+    rss0 = _rss_bytes()
+    for i in range(cycles):
+        cycle(i)
+    gc.collect()
+    growth = _rss_bytes() - rss0
+    if not UNDER_ASAN:
+        assert growth < 20 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over {cycles} Context cycles"
