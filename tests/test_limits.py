@@ -145,3 +145,28 @@ def test_real_oom_in_split_leaves_no_trace():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "ok", r.stdout + r.stderr[-2000:]
+
+
+def test_swa_window_of_a_sequence_ending_at_int32_max():
+    """find_slot computed a sequence's max position + 1 in int32 (UB at INT32_MAX; with Python's -fwrapv it
+    wrapped to INT32_MIN, so cells outside the SWA window were never reused: KV cache full)."""
+    from ubatch.kv_cache import KVCache
+
+    kv = KVCache(1, 12, swa_type="standard", n_swa=4)
+    a = BatchAllocator()
+
+    def decode(b):
+        a.init(b, n_seq_max=2, memory=kv)
+        ubs = []
+        while (u := a.split_simple(16)) is not None:
+            ubs.append(u)
+        kv._prepare(ubs)
+        kv._begin()
+        for i, u in enumerate(ubs):
+            kv._apply(i, u)
+        kv._commit()
+
+    decode(Batch.from_arrays(tokens=[1] * 11, pos=list(range(I32_MAX - 10, I32_MAX + 1))))
+    decode(Batch.from_arrays(tokens=[2, 3], pos=[0, 1], seq_ids=[1, 1]))   # 1 free cell + 1 reused
+    assert sorted(p for _, p, ids in kv.cells(0) if ids == (1,)) == [0, 1]
+    assert kv.used(0) == 12 and kv.seq_pos_max(0) == I32_MAX
