@@ -189,3 +189,15 @@ def test_mixed_content_rows_are_rejected_at_init():
     a = BatchAllocator()
     with pytest.raises(BatchError, match="same content types .*row 1 has an embedding"):
         a.init(b, n_seq_max=1)
+
+
+@pytest.mark.parametrize("r,exc", [(-1, IndexError), (2, IndexError), (2**70, IndexError), ("a", TypeError),
+                                   (1.0, TypeError), (None, TypeError), (True, TypeError)])
+def test_row_accessors_name_the_row(r, exc):
+    b = Batch.from_arrays(tokens=[1, 2])
+    a = BatchAllocator()
+    a.init(b, n_seq_max=1)
+    u = a.split_simple(4)
+    for f in (u.seq_ids, b.seq_ids):
+        with pytest.raises(exc, match="row"):
+            f(r)

@@ -294,6 +294,8 @@ class Batch:
 
     def seq_ids(self, i: int) -> list:
         """The ids of row i as given (set semantics are applied at init)."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"row index i must be an int, got {type(i).__name__}")
         if not 0 <= i < self.n_tokens:
             raise IndexError(f"row {i} out of range [0, {self.n_tokens})")
         if self._seq_off is None:
