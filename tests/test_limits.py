@@ -19,13 +19,22 @@ from harden_util import I32_MAX, I32_MIN, FakeMemory, drain, snapshot
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 
+@pytest.fixture
+def sixteen_gib(monkeypatch):
+    """The size checks compare with the machine's RAM: pretend it is 16 GiB so the tests do not depend
+    on the machine."""
+    import ubatch.limits
+
+    monkeypatch.setattr(ubatch.limits, "physical_memory", lambda: 16 * 2**30)
+
+
 @pytest.mark.parametrize("n,n_embd,n_pos,match", [
     (2**31 - 1, 4096, 1, r"would need 32\.0 TiB \(\d+ bytes\); at most 268435456 rows"),
     (MAX_TOKENS + 1, 0, 1, r"would need 4\.5 GiB .*at most 268435456 rows"),
     (2**27, 4096, 1, r"would need 2\.0 TiB .* more than this machine's"),
     (2**20, 2**31 - 1, 4, r"would need .* PiB"),
 ])
-def test_oversized_batch_refused_up_front(n, n_embd, n_pos, match):
+def test_oversized_batch_refused_up_front(n, n_embd, n_pos, match, sixteen_gib):
     with pytest.raises(ValueError, match=match):
         Batch(n, n_embd=n_embd, n_pos_per_embd=n_pos)
 
@@ -170,3 +179,27 @@ def test_swa_window_of_a_sequence_ending_at_int32_max():
     decode(Batch.from_arrays(tokens=[2, 3], pos=[0, 1], seq_ids=[1, 1]))   # 1 free cell + 1 reused
     assert sorted(p for _, p, ids in kv.cells(0) if ids == (1,)) == [0, 1]
     assert kv.used(0) == 12 and kv.seq_pos_max(0) == I32_MAX
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: __import__("ubatch").Context(None, n_ctx=2**31 - 1), r"n_ctx = 2147483648 \(padded to 256\) gives 1 x 2147483648"),
+    (lambda: __import__("ubatch").Context(None, n_ctx=2**30), r"n_ctx = 1073741824 .* would need 52\.0 GiB"),
+    (lambda: __import__("ubatch").Context(None, n_ctx=2**30, n_seq_max=256), r"256 stream\(s\) x 4194304 cells"),
+    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(1, 2**31 - 1), r"1 x 2147483647 cells would need 104\.0 GiB"),
+    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(256, 2**23), r"n_stream \* size = 2147483648"),
+])
+def test_oversized_context_and_cache_refused_up_front(make, match, sixteen_gib):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_context_with_model_counts_kv_data(sixteen_gib):
+    from ubatch import Context
+    from ubatch.models import tiny_llama
+
+    m = tiny_llama()
+    # metadata alone (52 B/cell, 13 GiB) fits a 16 GiB machine; with the model's K/V data it does not
+    n_ctx = 2**28
+    need = n_ctx * (52 + m.n_layer * m.n_head_kv * m.head_dim * 8)
+    with pytest.raises(ValueError, match=rf"K/V f32/f32\) would need .* \({need} bytes\)"):
+        Context(m, n_ctx=n_ctx)

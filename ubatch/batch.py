@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence, Union
 
-import os
-
 import numpy as np
 
 from ubatch._ffi import ffi
 from ubatch.errors import BatchError
+from ubatch.limits import check_bytes, fmt_bytes
 
 KIND_TOKEN = 1
 KIND_EMBD = 2
@@ -22,22 +21,6 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 IntOrSeq = Union[int, Sequence[int]]
 
 MAX_TOKENS = 2**28        # = UB_MAX_TOKENS (csrc/ub_common.h): the most rows the allocator accepts
-
-
-def _physical_memory() -> int:
-    """Bytes of RAM of this machine (1 TiB when unknown)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 2**40
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    return f"{n} B"
 
 
 def batch_bytes(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> int:
@@ -50,12 +33,10 @@ def check_batch_size(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0
     """Raises ValueError, naming the size a batch would need, when it exceeds MAX_TOKENS rows or the
     machine's physical memory (checked before anything is allocated)."""
     need = batch_bytes(n_tokens_max, n_pos_per_embd, n_embd)
-    what = f"a batch of n_tokens_max = {n_tokens_max}, n_embd = {n_embd} would need {_fmt_bytes(need)} ({need} bytes)"
+    what = f"a batch of n_tokens_max = {n_tokens_max}, n_embd = {n_embd}"
     if n_tokens_max > MAX_TOKENS:
-        raise ValueError(f"{what}; at most {MAX_TOKENS} rows are supported")
-    ram = _physical_memory()
-    if need > ram:
-        raise ValueError(f"{what}, more than this machine's {_fmt_bytes(ram)} of memory")
+        raise ValueError(f"{what} would need {fmt_bytes(need)} ({need} bytes); at most {MAX_TOKENS} rows are supported")
+    check_bytes(what, need)
 
 
 def _as_int32(name: str, values, shape_desc: str) -> np.ndarray:

@@ -24,7 +24,8 @@ import numpy as np
 from ubatch.allocator import BatchAllocator
 from ubatch.batch import Batch
 from ubatch.errors import BatchError, SplitError, UbatchError
-from ubatch.kv_cache import KVCache, _locked
+from ubatch.kv_cache import KV_CELL_BYTES, KVCache, _locked
+from ubatch.limits import check_bytes
 from ubatch.ubatch_view import UBatch
 
 LLAMA_MAX_SEQ = 256
@@ -43,6 +44,26 @@ def _int(name: str, v, lo: int = 0) -> int:
     if v < lo or v > 2**31 - 1:
         raise ValueError(f"{name} = {v} must be in [{lo}, {2**31 - 1}]")
     return v
+
+
+def _check_size(n_ctx: int, n_stream: int, n_ctx_seq: int, model, type_k: str, type_v: str) -> None:
+    """Refuses, before allocating, a context whose cells overflow int32 or whose KV metadata plus (with a
+    model) K/V data would exceed the machine's memory; the message gives the bytes needed."""
+    cells = n_stream * n_ctx_seq
+    if cells > 2**31 - 1:
+        raise ValueError(f"n_ctx = {n_ctx} (padded to 256) gives {n_stream} x {n_ctx_seq} = {cells} KV cells, "
+                         f"more than the {2**31 - 1} supported")
+    need = cells * KV_CELL_BYTES
+    if model is not None:   # the runner's K/V data: n_layer x [n_stream, size, n_head_kv, head_dim] each
+        per_cell = 1
+        for attr in ("n_layer", "n_head_kv", "head_dim"):
+            per_cell *= int(getattr(model, attr, 0))
+        need += cells * per_cell * (_KV_ELEM[type_k] + _KV_ELEM[type_v])
+    check_bytes(f"a context of n_ctx = {n_ctx} ({n_stream} stream(s) x {n_ctx_seq} cells"
+                f"{', K/V ' + type_k + '/' + type_v if model is not None else ''})", need)
+
+
+_KV_ELEM = {"f32": 4, "f16": 2}
 
 
 class Context:
@@ -98,6 +119,7 @@ class Context:
         self.model = model
 
         n_stream = 1 if kv_unified else n_seq_max
+        _check_size(n_ctx, n_stream, n_ctx_seq, model, type_k, type_v)
         self._kv = KVCache(n_stream, n_ctx_seq)
         self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the cache
         self._runner = None

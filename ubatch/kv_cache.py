@@ -14,10 +14,12 @@ import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.errors import KVCacheFullError, UbatchError
+from ubatch.limits import check_bytes
 from ubatch.placement import Placement
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 SWA_TYPES = {"none": 0, "standard": 1, "chunked": 2, "symmetric": 3}
+KV_CELL_BYTES = 52      # per cell in C (ub_kv_new): pos, shift, ext[2] int32, seq 4 x uint64, epoch uint32
 
 
 def _int(name: str, v, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
@@ -81,6 +83,7 @@ class KVCache:
             raise ValueError(f"swa_type {swa_type!r} needs n_swa >= 1, got {n_swa}")
         if n_stream * size > _I32_MAX:
             raise ValueError(f"n_stream * size = {n_stream * size} cells is too large")
+        check_bytes(f"a KV cache of {n_stream} x {size} cells", n_stream * size * KV_CELL_BYTES)
         h = lib.ub_kv_new(n_stream, size, SWA_TYPES[swa_type], n_swa)
         if h == ffi.NULL:
             raise MemoryError(f"cannot allocate a KV cache of {n_stream} x {size} cells")
