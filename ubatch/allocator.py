@@ -45,6 +45,9 @@ def _bound_int(name: str, s: int, v) -> int:
 
 def _bounds(name: str, vals, n_seq_max: int) -> np.ndarray:
     """int32[n_seq_max] from a memory's bulk bounds, checked like _bound_int."""
+    if type(vals) is np.ndarray and vals.dtype == np.int32 and vals.shape == (n_seq_max,):
+        # the KV cache's fast path: int32 already (values < -1 would only act like "empty" in C)
+        return np.ascontiguousarray(vals)
     try:
         arr = np.asarray(vals)
     except (ValueError, TypeError, OverflowError) as e:
