@@ -47,8 +47,8 @@ def _as_int32(name: str, values, shape_desc: str) -> np.ndarray:
         raise TypeError(f"{name} must be an integer array {shape_desc}: {e}") from None
     if arr.dtype == np.int32:
         return np.ascontiguousarray(arr)
-    if arr.size == 0:
-        return np.ascontiguousarray(arr, dtype=np.int32)
+    if arr.size == 0:      # no values to convert (a cast of an empty complex array would warn)
+        return np.zeros(arr.shape, np.int32)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer array {shape_desc}, got dtype {arr.dtype}")
     bad = np.flatnonzero((arr.ravel() < _I32_MIN) | (arr.ravel() > _I32_MAX))
