@@ -11,6 +11,9 @@ from ubatch.errors import SplitError, UbatchError
 from harden_util import (I32_MAX, I32_MIN, SPLITS, FakeMemory, build_batch, call, do_split, drain, hostile_args,
                          hostile_ints, snapshot, ub_summary, valid_spec)
 
+# numpy overflow / complex-cast warnings from the library are bugs (an exception under -W error)
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 
 def _check_ubatch(a, ub, kind, n_ubatch, strict, used, ref):
     """One ubatch against the allocator's normalised batch `ref` (pos, output, seq sets, tokens, embd)."""

@@ -10,6 +10,9 @@ from ubatch.allocator import BatchAllocator
 
 from harden_util import I32_MAX, I32_MIN, SPLITS, call, drain, hostile_args
 
+# numpy overflow / complex-cast warnings from the library are bugs (an exception under -W error)
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 _DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.uint64, np.float16, np.float32,
            np.float64, np.bool_, np.complex64, object, "U3"]
 _INT_EDGE = [0, 1, -1, 7, 255, 256, I32_MAX, I32_MIN, I32_MAX + 1, I32_MIN - 1, 2**63 - 1, -(2**63)]

@@ -11,6 +11,9 @@ from ubatch.errors import UbatchError
 
 from harden_util import I32_MAX, I32_MIN, call, hostile_args, hostile_ints, ub_summary, valid_spec, build_batch
 
+# numpy overflow / complex-cast warnings from the library are bugs (an exception under -W error)
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 kv_ints = st.one_of(st.integers(-2, 20), st.sampled_from([I32_MIN, I32_MIN + 1, I32_MAX, I32_MAX - 1, 255, 256,
                                                           2**40, -(2**40)]))
 
