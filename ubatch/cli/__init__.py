@@ -5,13 +5,14 @@ import argparse
 import sys
 from typing import List, Optional
 
-from ubatch.cli import bench, plan
+from ubatch.cli import bench, plan, run
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ubatch", description="llama.cpp's batch planner, in C, from Python")
     sub = ap.add_subparsers(dest="command", required=True)
     plan.add_parser(sub)
+    run.add_parser(sub)
     bench.add_parser(sub)
     return ap
 

@@ -1,0 +1,100 @@
+"""`ubatch run` in-process: report, --json keys, --png, progress bar, bad options."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from ubatch.cli import main
+
+SMALL = ["run", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
+         "--n-ubatch", "8", "--seed", "4"]
+KEYS = ("requests", "prompt_tokens", "generated_tokens", "tokens_per_s", "decode_calls", "ubatches", "mean_fill",
+        "shapes", "peak_kv_cells", "retries")
+
+
+def test_report(capsys):
+    assert main(SMALL + ["--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "requests          6: 6 finished, 0 evicted, 0 rejected" in out
+    for label in ("prompt tokens", "generated tokens", "tokens/s", "decode calls", "ubatches", "ubatch fill",
+                  "ubatch shapes", "peak KV cells", "retries"):
+        assert label in out, label
+    assert "n_ctx 512 (2 streams x 256 cells)" in out
+    assert err == ""
+
+
+def test_json_keys_and_consistency(capsys):
+    assert main(SMALL + ["--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for k in KEYS:
+        assert k in d, k
+    assert d["requests"] == 6 and d["finished"] == 6
+    assert set(d["tokens_per_s"]) == {"prompt", "generation", "total"}
+    assert sum(d["shapes"].values()) == d["ubatches"]
+    assert len(d["peak_kv_cells"]) == 2 and d["retries"] == 0
+    assert 0 < d["worst_fill"] <= d["mean_fill"] <= 1
+    assert d["config"]["n_ubatch"] == 8 and d["config"]["parallel"] == 2
+
+
+def test_json_kv_full(capsys):
+    assert main(["run", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
+                 "20-60", "--gen-len", "20-40", "--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["retries"] > 0 and d["evicted"] > 0 and d["finished"] + d["evicted"] == 8
+    assert d["peak_kv_cells"] == [256] and len(d["messages"]) == d["evicted"]
+
+
+def test_same_seed_same_workload(capsys):
+    main(SMALL + ["--json", "--no-progress"])
+    a = json.loads(capsys.readouterr().out)
+    main(SMALL + ["--json", "--no-progress"])
+    b = json.loads(capsys.readouterr().out)
+    for k in ("prompt_tokens", "generated_tokens", "decode_calls", "ubatches", "shapes", "peak_kv_cells"):
+        assert a[k] == b[k], k
+
+
+def test_progress_bar_on_stderr(capsys):
+    assert main(SMALL) == 0
+    out, err = capsys.readouterr()
+    assert "ubatch run" in err and "req" in err
+    assert "6 finished" in out
+
+
+def test_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib (the 'plot' extra) is not installed")
+    path = tmp_path / "t.png"
+    assert main(SMALL + ["--kv-unified", "--n-ctx", "256", "--png", str(path), "--no-progress"]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"timeline written to {path}" in capsys.readouterr().out
+
+
+def test_png_without_matplotlib(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # import matplotlib -> ImportError
+    assert main(SMALL + ["--png", str(tmp_path / "t.png"), "--no-progress"]) == 2
+    assert "pip install 'ubatch[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize("args,msg", [(["--parallel", "0"], "--parallel must be >= 1"),
+                                      (["--n-ubatch", "0"], "--n-ubatch must be >= 1"),
+                                      (["--model", "/nonexistent/m.gguf"], "no such file"),
+                                      (["--parallel", "300"], "n_seq_max must be <= 256")])
+def test_bad_options(args, msg, capsys):
+    assert main(["run", "--no-progress"] + args) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_bad_range_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--prompt-len", "9-2"])
+    assert e.value.code == 2
+    assert "--prompt-len must be N or LO-HI" in capsys.readouterr().err
+
+
+def test_model_path(capsys):
+    from ubatch.models import TINY_LLAMA_PATH
+    assert main(SMALL + ["--model", TINY_LLAMA_PATH, "--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["model"] == "tiny-llama-f32.gguf" and d["finished"] == 6
