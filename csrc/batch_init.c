@@ -212,6 +212,8 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     int rc = UB_OK;
     ub_norm *nb = NULL;
     if (n <= 0) return ub_alloc_fail(a, UB_E_BATCH, "n_tokens == 0: the batch is empty");
+    if (n > UB_MAX_TOKENS)
+        return ub_alloc_fail(a, UB_E_BATCH, "n_tokens = %d exceeds the limit of %d rows per batch", n, UB_MAX_TOKENS);
     /* V1 */
     if (n_seq_max > UB_MAX_SEQ) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d > %d", n_seq_max, UB_MAX_SEQ);
     if (n_seq_max < 1) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d < 1", n_seq_max);
