@@ -384,6 +384,8 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 if (s != rs) {
                     FLUSH_RUN();
                     if (distinct[s] == 0) {     /* first row of s: start its range */
+                        /* C3 starts every seq's running position at -1: a first pos < -1 decreases */
+                        if (p < -1 && first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
                         present[s >> 6] |= (uint64_t)1 << (s & 63);
                         rs = s; r_min = r_max = r_last = p; r_distinct = 1;
                         continue;
@@ -407,6 +409,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 int32_t s = ids[k];
                 if (k > k0) ub_set_add(cpl[ids[k0]], s);
                 if (distinct[s] == 0) {
+                    if (p < -1 && first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
                     pmin[s] = pmax[s] = p;
                     distinct[s] = 1;
                     present[s >> 6] |= (uint64_t)1 << (s & 63);

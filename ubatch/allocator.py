@@ -118,9 +118,12 @@ class BatchAllocator:
         if not isinstance(batch, Batch):
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         n_seq_max = _int_arg("n_seq_max", n_seq_max)
-        n_vocab = 0 if n_vocab is None else _int_arg("n_vocab", n_vocab)
-        if n_vocab < 0 or n_vocab > _I32_MAX:
-            raise ValueError(f"n_vocab must be in [1, {_I32_MAX}], got {n_vocab}")
+        if n_vocab is None:
+            n_vocab = 0                       # C: no token range check
+        else:
+            n_vocab = _int_arg("n_vocab", n_vocab)
+            if n_vocab < 1 or n_vocab > _I32_MAX:
+                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0: the batch is empty")
         mn = mx = ffi.NULL
