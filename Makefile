@@ -1,6 +1,6 @@
 PY ?= python3
 
-.PHONY: install build test bench clean
+.PHONY: install build test bench clean asan fuzz
 
 install:
 	$(PY) -m pip install '.[test]'
@@ -11,6 +11,14 @@ build:
 
 test:
 	$(PY) -m pytest -q
+
+# the whole test suite against an ASan+UBSan build made in a scratch copy (build/asan), reduced hypothesis profile
+asan:
+	PY=$(PY) .ci/asan
+
+# the fuzz tests with the long hypothesis profile (and the full 100,000-cycle leak test)
+fuzz: build
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_*.py tests/test_threads*.py tests/test_lifetime*.py tests/test_limits*.py
 
 bench:
 	$(PY) -m ubatch bench --quick --out bench/results

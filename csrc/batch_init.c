@@ -212,6 +212,8 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     int rc = UB_OK;
     ub_norm *nb = NULL;
     if (n <= 0) return ub_alloc_fail(a, UB_E_BATCH, "n_tokens == 0: the batch is empty");
+    if (n > UB_MAX_TOKENS)
+        return ub_alloc_fail(a, UB_E_BATCH, "n_tokens = %d exceeds the limit of %d rows per batch", n, UB_MAX_TOKENS);
     /* V1 */
     if (n_seq_max > UB_MAX_SEQ) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d > %d", n_seq_max, UB_MAX_SEQ);
     if (n_seq_max < 1) return ub_alloc_fail(a, UB_E_BATCH, "n_seq_max = %d < 1", n_seq_max);
@@ -382,6 +384,8 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 if (s != rs) {
                     FLUSH_RUN();
                     if (distinct[s] == 0) {     /* first row of s: start its range */
+                        /* C3 starts every seq's running position at -1: a first pos < -1 decreases */
+                        if (p < -1 && first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
                         present[s >> 6] |= (uint64_t)1 << (s & 63);
                         rs = s; r_min = r_max = r_last = p; r_distinct = 1;
                         continue;
@@ -405,6 +409,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 int32_t s = ids[k];
                 if (k > k0) ub_set_add(cpl[ids[k0]], s);
                 if (distinct[s] == 0) {
+                    if (p < -1 && first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = s; }
                     pmin[s] = pmax[s] = p;
                     distinct[s] = 1;
                     present[s >> 6] |= (uint64_t)1 << (s & 63);

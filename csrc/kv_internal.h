@@ -111,8 +111,9 @@ void kv_set_head(ub_kv *kv, int32_t st, int32_t h);
 
 static inline int kv_cell_empty(const ub_kv *kv, int64_t g) { return kv->pos[g] < 0; }
 
-/* is_masked_swa(n_swa, type, p0, p1): 1 when cell position p0 lies outside the window of p1 */
-static inline int kv_masked_swa(int32_t type, int32_t n_swa, int32_t p0, int32_t p1) {
+/* is_masked_swa(n_swa, type, p0, p1): 1 when cell position p0 lies outside the window of p1
+ * (p1 is 64-bit: callers pass a sequence's max position + 1, which may be INT32_MAX + 1) */
+static inline int kv_masked_swa(int32_t type, int32_t n_swa, int32_t p0, int64_t p1) {
     switch (type) {
     case UB_SWA_STANDARD: return (int64_t)p1 - p0 >= n_swa;
     case UB_SWA_CHUNKED: return p0 < (p1 / n_swa) * n_swa;

@@ -63,7 +63,7 @@ static int usable(ub_kv *kv, int64_t g) {
         s = w * 64 + __builtin_ctzll(set[w]);
     }
     if (cnt != 1) return 0;
-    return kv_masked_swa(kv->swa_type, kv->n_swa, kv->pos[g], kv_stat(kv, s)->max + 1);
+    return kv_masked_swa(kv->swa_type, kv->n_swa, kv->pos[g], (int64_t)kv_stat(kv, s)->max + 1);
 }
 
 /* find_slot: strm int32[ns], idxs int32[ns*per] caller-owned. Per group, scans its stream from the

@@ -86,10 +86,17 @@ static ub_norm *split_begin(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     return a->cur;
 }
 
+/* Builds the ubatch of rows idxs[0..n) (already marked used). On OOM the rows are given back so the
+ * failed split leaves no trace: group cursors restart at 0 (they are only lower bounds of the first
+ * unused row of each group) and out_ids is untouched (ubatch_add allocates before writing). */
 static ub_ubatch *finish(ub_alloc *a, ub_norm *nb, const int32_t *idxs, int32_t n, int32_t n_seqs, int32_t eq,
                          int32_t *status) {
     ub_ubatch *ub = ubatch_add(nb, idxs, n, n_seqs, eq);
-    if (!ub) *status = ub_alloc_fail(a, UB_E_NOMEM, "out of memory while building a ubatch of %d tokens", n);
+    if (!ub) {
+        for (int32_t r = 0; r < n; r++) unmark_used(nb, idxs[r]);
+        memset(nb->grp_cur, 0, sizeof(int32_t) * (size_t)(nb->n_groups > 0 ? nb->n_groups : 1));
+        *status = ub_alloc_fail(a, UB_E_NOMEM, "out of memory while building a ubatch of %d tokens", n);
+    }
     return ub;
 }
 

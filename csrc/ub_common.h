@@ -8,6 +8,9 @@
 #define UB_MAX_SEQ 256          /* LLAMA_MAX_SEQ: width of a sequence set, size of seq_idx */
 #define UB_SEQ_WORDS 4          /* 256 bits = 4 x uint64 */
 #define UB_ERR_LEN 1024
+/* Largest batch init accepts (rows). Keeps every int32 index expression in the allocator (2*n for the
+ * hash table, 8*n of scratch) far from overflow; a larger batch would need tens of GB anyway. */
+#define UB_MAX_TOKENS (1 << 28)
 
 /* cdef:begin */
 /* Status codes returned by the C entry points. */

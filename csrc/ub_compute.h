@@ -38,6 +38,11 @@ int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, i
                  int32_t ns, int32_t per, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                  int32_t n_stream, int32_t kv_size, int32_t n_kv, float scale, int32_t n_threads);
 
+/* Join the attention kernel's persistent worker threads (created lazily by ub_attention with n_threads > 1,
+ * also joined automatically at process exit). Safe to call any time; waits for a running call to finish;
+ * later calls start new workers. */
+void ub_attention_shutdown(void);
+
 /* Elementwise IEEE half <-> float conversion (round to nearest even), n values, caller-owned buffers. */
 void ub_f16_to_f32(const uint16_t *src, float *dst, int64_t n);
 void ub_f32_to_f16(const float *src, uint16_t *dst, int64_t n);

@@ -11,6 +11,7 @@ static size_t align8(size_t n) { return (n + 7u) & ~(size_t)7u; }
 ub_ubatch *ub_ubatch_alloc(int32_t n_tokens, int32_t n_ids, int32_t n_pos, int32_t n_embd, int with_token) {
     if (n_tokens < 0 || n_ids < 0 || n_pos < 1 || n_embd < 0) return NULL;
     size_t nt = (size_t)n_tokens;
+    if (n_embd > 0 && nt > (SIZE_MAX / 16) / (size_t)n_embd) return NULL;   /* embd bytes would overflow size_t */
     size_t sz = align8(sizeof(ub_ubatch));
     size_t o_token = sz;  sz += with_token ? align8(nt * 4) : 0;
     size_t o_embd = sz;   sz += align8(nt * (size_t)n_embd * 4);

@@ -28,14 +28,38 @@ def seq_pos_bounds(memory, n_seq_max: int):
     fast = getattr(memory, "_seq_pos_bounds", None)
     if fast is not None:
         mn, mx = fast(n_seq_max)
-    else:
-        mn = [memory.seq_pos_min(s) for s in range(n_seq_max)]
-        mx = [memory.seq_pos_max(s) for s in range(n_seq_max)]
-    mn = np.ascontiguousarray(mn, dtype=np.int32)
-    mx = np.ascontiguousarray(mx, dtype=np.int32)
-    if mn.shape != (n_seq_max,) or mx.shape != (n_seq_max,):
-        raise ValueError(f"memory returned position bounds of shape {mn.shape}/{mx.shape}, expected ({n_seq_max},)")
-    return mn, mx
+        return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
+    mn = [_bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s)) for s in range(n_seq_max)]
+    mx = [_bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s)) for s in range(n_seq_max)]
+    return np.array(mn, dtype=np.int32), np.array(mx, dtype=np.int32)
+
+
+def _bound_int(name: str, s: int, v) -> int:
+    """One position bound reported by a memory: an int in [-1, INT32_MAX] (-1 = empty)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}({s}) returned {type(v).__name__}, expected an int")
+    if not -1 <= int(v) <= _I32_MAX:
+        raise ValueError(f"{name}({s}) = {int(v)} is outside [-1, {_I32_MAX}]")
+    return int(v)
+
+
+def _bounds(name: str, vals, n_seq_max: int) -> np.ndarray:
+    """int32[n_seq_max] from a memory's bulk bounds, checked like _bound_int."""
+    if type(vals) is np.ndarray and vals.dtype == np.int32 and vals.shape == (n_seq_max,):
+        # the KV cache's fast path: int32 already (values < -1 would only act like "empty" in C)
+        return np.ascontiguousarray(vals)
+    try:
+        arr = np.asarray(vals)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise TypeError(f"{name} is not an integer array: {e}") from None
+    if arr.shape != (n_seq_max,):
+        raise ValueError(f"{name} has shape {arr.shape}, expected ({n_seq_max},)")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} has dtype {arr.dtype}, expected integers")
+    bad = np.flatnonzero((arr < -1) | (arr > _I32_MAX))
+    if bad.size:
+        raise ValueError(f"{name}[{int(bad[0])}] = {int(arr[bad[0]])} is outside [-1, {_I32_MAX}]")
+    return np.ascontiguousarray(arr, dtype=np.int32)
 
 
 class BatchAllocator:
@@ -94,9 +118,12 @@ class BatchAllocator:
         if not isinstance(batch, Batch):
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         n_seq_max = _int_arg("n_seq_max", n_seq_max)
-        n_vocab = 0 if n_vocab is None else _int_arg("n_vocab", n_vocab)
-        if n_vocab < 0 or n_vocab > _I32_MAX:
-            raise ValueError(f"n_vocab must be in [1, {_I32_MAX}], got {n_vocab}")
+        if n_vocab is None:
+            n_vocab = 0                       # C: no token range check
+        else:
+            n_vocab = _int_arg("n_vocab", n_vocab)
+            if n_vocab < 1 or n_vocab > _I32_MAX:
+                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0: the batch is empty")
         mn = mx = ffi.NULL
@@ -105,7 +132,9 @@ class BatchAllocator:
             lo, hi = seq_pos_bounds(memory, n_seq_max)
             keep = (lo, hi)
             mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
-        n_seq_c = max(min(n_seq_max, _I32_MAX), -(2**31))
+        if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
+            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, 256]")
+        n_seq_c = n_seq_max
         with self._lock:
             h = self._handle()
             st = lib.ub_alloc_init(h, batch._c_view(), n_vocab, n_seq_c, 1 if output_all else 0, mn, mx)
@@ -122,9 +151,14 @@ class BatchAllocator:
         n_ubatch = _int_arg("n_ubatch", n_ubatch)
         if n_ubatch < 1:
             raise ValueError(f"n_ubatch must be >= 1, got {n_ubatch}")
+        return min(n_ubatch, _I32_MAX)
+
+    def _split_handle(self):
+        """The handle for a split (call with the lock held): open and inited, else UbatchError."""
+        h = self._handle()
         if not self._inited:
             raise UbatchError("split called before a successful init")
-        return min(n_ubatch, _I32_MAX)
+        return h
 
     def _wrap(self, ptr, status) -> Optional[UBatch]:
         if ptr == ffi.NULL:
@@ -148,7 +182,7 @@ class BatchAllocator:
         """The next n_ubatch unused rows in batch order; None when nothing is left."""
         n_ubatch = self._split_args(n_ubatch)
         with self._lock:
-            return self._wrap(lib.ub_alloc_split_simple(self._handle(), n_ubatch, self._status), self._status)
+            return self._wrap(lib.ub_alloc_split_simple(self._split_handle(), n_ubatch, self._status), self._status)
 
     def split_equal(self, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
                     strict: bool = True) -> Optional[UBatch]:
@@ -159,27 +193,30 @@ class BatchAllocator:
         if not 0 <= n_keep_tail < n_ubatch:
             raise BatchError(f"n_keep_tail = {n_keep_tail} must be >= 0 and < n_ubatch = {n_ubatch}")
         with self._lock:
-            return self._wrap(lib.ub_alloc_split_equal(self._handle(), n_ubatch, 1 if sequential else 0,
+            return self._wrap(lib.ub_alloc_split_equal(self._split_handle(), n_ubatch, 1 if sequential else 0,
                                                        n_keep_tail, 1 if strict else 0, self._status), self._status)
 
     def split_seq(self, n_ubatch: int) -> Optional[UBatch]:
         """One sequence set per ubatch, following subsets (shared prefixes first)."""
         n_ubatch = self._split_args(n_ubatch)
         with self._lock:
-            return self._wrap(lib.ub_alloc_split_seq(self._handle(), n_ubatch, self._status), self._status)
+            return self._wrap(lib.ub_alloc_split_seq(self._split_handle(), n_ubatch, self._status), self._status)
 
     # ------------------------------------------------------------------ state
     @property
     def n_tokens(self) -> int:
-        return lib.ub_alloc_n_tokens(self._handle())
+        with self._lock:
+            return lib.ub_alloc_n_tokens(self._handle())
 
     @property
     def n_used(self) -> int:
-        return lib.ub_alloc_n_used(self._handle())
+        with self._lock:
+            return lib.ub_alloc_n_used(self._handle())
 
     @property
     def n_outputs(self) -> int:
-        return lib.ub_alloc_n_outputs(self._handle())
+        with self._lock:
+            return lib.ub_alloc_n_outputs(self._handle())
 
     @property
     def out_ids(self) -> np.ndarray:
@@ -193,7 +230,8 @@ class BatchAllocator:
     @property
     def has_coupled(self) -> bool:
         """True when some row carries more than one sequence id."""
-        return bool(lib.ub_alloc_has_coupled(self._handle()))
+        with self._lock:
+            return bool(lib.ub_alloc_has_coupled(self._handle()))
 
     @property
     def pos(self) -> np.ndarray:
@@ -215,13 +253,18 @@ class BatchAllocator:
 
     def seq_pos_range(self, s: int) -> tuple:
         """(min, max) section-0 position of seq s in the batch, (-1, -1) if absent."""
-        h = self._handle()
-        return lib.ub_alloc_seq_pos_min(h, s), lib.ub_alloc_seq_pos_max(h, s)
+        s = _int_arg("seq id s", s)
+        with self._lock:
+            h = self._handle()
+            if not 0 <= s < 256:
+                return -1, -1
+            return lib.ub_alloc_seq_pos_min(h, s), lib.ub_alloc_seq_pos_max(h, s)
 
     def __repr__(self) -> str:
-        if self._h is None:
+        try:
+            return f"BatchAllocator(n_tokens={self.n_tokens}, n_used={self.n_used}, n_outputs={self.n_outputs})"
+        except UbatchError:
             return "BatchAllocator(closed)"
-        return f"BatchAllocator(n_tokens={self.n_tokens}, n_used={self.n_used}, n_outputs={self.n_outputs})"
 
 
 __all__ = ["BatchAllocator", "UBatch", "c_array"]

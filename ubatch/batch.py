@@ -12,6 +12,7 @@ import numpy as np
 
 from ubatch._ffi import ffi
 from ubatch.errors import BatchError
+from ubatch.limits import check_bytes, fmt_bytes
 
 KIND_TOKEN = 1
 KIND_EMBD = 2
@@ -19,14 +20,35 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 IntOrSeq = Union[int, Sequence[int]]
 
+MAX_TOKENS = 2**28        # = UB_MAX_TOKENS (csrc/ub_common.h): the most rows the allocator accepts
+
+
+def batch_bytes(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> int:
+    """Bytes a Batch of this capacity allocates: token, pos, seq_off, seq_id (>= 8), output, kind, embd."""
+    cap = n_tokens_max
+    return cap * (4 + 4 * n_pos_per_embd + 1 + 1 + 4 * n_embd) + 4 * (cap + 1) + 4 * max(cap, 8)
+
+
+def check_batch_size(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> None:
+    """Raises ValueError, naming the size a batch would need, when it exceeds MAX_TOKENS rows or the
+    machine's physical memory (checked before anything is allocated)."""
+    need = batch_bytes(n_tokens_max, n_pos_per_embd, n_embd)
+    what = f"a batch of n_tokens_max = {n_tokens_max}, n_embd = {n_embd}"
+    if n_tokens_max > MAX_TOKENS:
+        raise ValueError(f"{what} would need {fmt_bytes(need)} ({need} bytes); at most {MAX_TOKENS} rows are supported")
+    check_bytes(what, need)
+
 
 def _as_int32(name: str, values, shape_desc: str) -> np.ndarray:
     """Converts integer data to int32, naming the first element that does not fit."""
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as e:   # ragged nesting, unconvertible objects
+        raise TypeError(f"{name} must be an integer array {shape_desc}: {e}") from None
     if arr.dtype == np.int32:
         return np.ascontiguousarray(arr)
-    if arr.size == 0:
-        return np.ascontiguousarray(arr, dtype=np.int32)
+    if arr.size == 0:      # no values to convert (a cast of an empty complex array would warn)
+        return np.zeros(arr.shape, np.int32)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must be an integer array {shape_desc}, got dtype {arr.dtype}")
     bad = np.flatnonzero((arr.ravel() < _I32_MIN) | (arr.ravel() > _I32_MAX))
@@ -67,6 +89,7 @@ class Batch:
             raise ValueError(f"n_pos_per_embd must be 1, 3 or 4, got {n_pos_per_embd}")
         if n_embd < 0:
             raise ValueError(f"n_embd must be >= 0, got {n_embd}")
+        check_batch_size(n_tokens_max, n_pos_per_embd, n_embd)
         cap = n_tokens_max
         self.n_tokens_max = cap
         self.n_pos_per_embd = n_pos_per_embd
@@ -95,7 +118,12 @@ class Batch:
             p = _check_int(f"pos of row {i}", pos)
             self._pos[:, i] = p
         else:
-            ps = [_check_int(f"pos[{j}] of row {i}", v) for j, v in enumerate(pos)]
+            try:
+                pos_items = list(pos)
+            except TypeError:
+                raise TypeError(f"pos of row {i} must be an int or a sequence of {self.n_pos_per_embd} ints, "
+                                f"got {type(pos).__name__}") from None
+            ps = [_check_int(f"pos[{j}] of row {i}", v) for j, v in enumerate(pos_items)]
             if len(ps) != self.n_pos_per_embd:
                 raise BatchError(f"row {i}: {len(ps)} position values given, the batch has "
                                  f"n_pos_per_embd = {self.n_pos_per_embd}")
@@ -129,11 +157,16 @@ class Batch:
         i = self._check_room()
         if self._embd is None:
             raise BatchError("this batch was created with n_embd = 0; it cannot hold embedding rows")
-        vec = np.asarray(row)
+        try:
+            vec = np.asarray(row)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise TypeError(f"embedding row {i} must be a numeric array: {e}") from None
         if vec.dtype.kind not in "fiu":
             raise TypeError(f"embedding row {i} must be numeric, got dtype {vec.dtype}")
         if vec.shape != (self.n_embd,):
             raise BatchError(f"embedding row {i} has shape {vec.shape}, expected ({self.n_embd},)")
+        with np.errstate(over="ignore", invalid="ignore"):
+            vec = vec.astype(np.float32)
         if not np.isfinite(vec).all():
             raise BatchError(f"embedding row {i} has a non-finite value at column {int(np.flatnonzero(~np.isfinite(vec))[0])}")
         self._put_common(i, pos, seq_ids, output)
@@ -166,12 +199,16 @@ class Batch:
                 raise BatchError(f"tokens must be 1-D, got shape {tok.shape}")
             n = tok.shape[0]
         if embd is not None:
-            emb = np.asarray(embd)
+            try:
+                emb = np.asarray(embd)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise TypeError(f"embd must be a float array [n, n_embd]: {e}") from None
             if emb.dtype.kind not in "fiu" or emb.dtype == np.bool_:
                 raise TypeError(f"embd must be a float array [n, n_embd], got dtype {emb.dtype}")
             if emb.ndim != 2 or emb.shape[1] < 1:
                 raise BatchError(f"embd must have shape [n, n_embd] with n_embd >= 1, got {emb.shape}")
-            emb = np.ascontiguousarray(emb, dtype=np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):   # overflow to inf is reported just below
+                emb = np.ascontiguousarray(emb, dtype=np.float32)
             if tok is not None and emb.shape[0] != n:
                 raise BatchError(f"embd has {emb.shape[0]} rows but tokens has {n}")
             n = emb.shape[0]
@@ -202,7 +239,10 @@ class Batch:
         if output is None:
             b._output = None
         else:
-            o = np.asarray(output)
+            try:
+                o = np.asarray(output)
+            except (ValueError, TypeError, OverflowError) as e:
+                raise TypeError(f"output must be a bool or integer array [n]: {e}") from None
             if o.shape != (n,):
                 raise BatchError(f"output must have shape ({n},), got {o.shape}")
             if o.dtype != np.bool_ and not np.issubdtype(o.dtype, np.integer):
@@ -235,6 +275,8 @@ class Batch:
 
     def seq_ids(self, i: int) -> list:
         """The ids of row i as given (set semantics are applied at init)."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"row index i must be an int, got {type(i).__name__}")
         if not 0 <= i < self.n_tokens:
             raise IndexError(f"row {i} out of range [0, {self.n_tokens})")
         if self._seq_off is None:
@@ -272,6 +314,9 @@ class Batch:
             cin.seq_id = ptr("int32_t[]", self._seq_id) if self._seq_off is not None else ffi.NULL
             cin.output = ptr("int8_t[]", self._output)
             cin.row_kind = ptr("uint8_t[]", kind)
+            # the returned cdata itself pins the arrays it points into: an init running in another thread
+            # keeps reading valid memory even if this batch regrows its storage (and drops _cin) meanwhile
+            cin = ffi.gc(cin, lambda _p, _keep=keep: None)
             self._cin = (cin, keep)
         cin = self._cin[0]
         cin.n_tokens = self.n_tokens
@@ -295,7 +340,11 @@ def _seq_arrays(seq_ids, n: int):
     if len(rows) != n:
         raise BatchError(f"seq_ids has {len(rows)} rows, expected {n}")
     if all(isinstance(r, (int, np.integer)) and not isinstance(r, (bool, np.bool_)) for r in rows):
-        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", np.asarray(rows, dtype=np.int64), "[n]")
+        try:
+            flat_ids = np.asarray(rows, dtype=np.int64)
+        except OverflowError:   # a Python int beyond int64: name it
+            flat_ids = np.asarray([_check_int(f"seq_ids[{i}]", r) for i, r in enumerate(rows)], dtype=np.int64)
+        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", flat_ids, "[n]")
     off = np.zeros(n + 1, np.int32)
     flat: list = []
     for i, r in enumerate(rows):

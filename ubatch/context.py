@@ -24,7 +24,8 @@ import numpy as np
 from ubatch.allocator import BatchAllocator
 from ubatch.batch import Batch
 from ubatch.errors import BatchError, SplitError, UbatchError
-from ubatch.kv_cache import KVCache
+from ubatch.kv_cache import KV_CELL_BYTES, KVCache, _locked
+from ubatch.limits import check_bytes
 from ubatch.ubatch_view import UBatch
 
 LLAMA_MAX_SEQ = 256
@@ -43,6 +44,26 @@ def _int(name: str, v, lo: int = 0) -> int:
     if v < lo or v > 2**31 - 1:
         raise ValueError(f"{name} = {v} must be in [{lo}, {2**31 - 1}]")
     return v
+
+
+def _check_size(n_ctx: int, n_stream: int, n_ctx_seq: int, model, type_k: str, type_v: str) -> None:
+    """Refuses, before allocating, a context whose cells overflow int32 or whose KV metadata plus (with a
+    model) K/V data would exceed the machine's memory; the message gives the bytes needed."""
+    cells = n_stream * n_ctx_seq
+    if cells > 2**31 - 1:
+        raise ValueError(f"n_ctx = {n_ctx} (padded to 256) gives {n_stream} x {n_ctx_seq} = {cells} KV cells, "
+                         f"more than the {2**31 - 1} supported")
+    need = cells * KV_CELL_BYTES
+    if model is not None:   # the runner's K/V data: n_layer x [n_stream, size, n_head_kv, head_dim] each
+        per_cell = 1
+        for attr in ("n_layer", "n_head_kv", "head_dim"):
+            per_cell *= int(getattr(model, attr, 0))
+        need += cells * per_cell * (_KV_ELEM[type_k] + _KV_ELEM[type_v])
+    check_bytes(f"a context of n_ctx = {n_ctx} ({n_stream} stream(s) x {n_ctx_seq} cells"
+                f"{', K/V ' + type_k + '/' + type_v if model is not None else ''})", need)
+
+
+_KV_ELEM = {"f32": 4, "f16": 2}
 
 
 class Context:
@@ -98,7 +119,9 @@ class Context:
         self.model = model
 
         n_stream = 1 if kv_unified else n_seq_max
+        _check_size(n_ctx, n_stream, n_ctx_seq, model, type_k, type_v)
         self._kv = KVCache(n_stream, n_ctx_seq)
+        self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the cache
         self._runner = None
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
@@ -121,26 +144,46 @@ class Context:
         self._embd_seq: Dict[int, np.ndarray] = {}
         self._last_ubatches: List[UBatch] = []
 
+    # ------------------------------------------------------------------ lifetime
+    @_locked
+    def close(self) -> None:
+        """Frees the C state (KV cache, allocators) now; idempotent. UBatches and outputs already
+        returned stay valid; decode afterwards raises UbatchError."""
+        for a in self._allocs.values():
+            a.close()
+        self._allocs.clear()
+        self._kv.close()
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ properties
     @property
     def memory(self) -> KVCache:
         return self._kv
 
     @property
+    @_locked
     def last_ubatches(self) -> List[UBatch]:
         """The ubatches of the last successful decode, in order."""
         return list(self._last_ubatches)
 
     @property
+    @_locked
     def n_outputs(self) -> int:
         return self._n_outputs
 
     @property
+    @_locked
     def output_ids(self) -> np.ndarray:
         """int32[n_batch]: output row of each batch index (-1 = not an output), a copy."""
         return self._ids().copy()
 
     @property
+    @_locked
     def output_swaps(self) -> List[tuple]:
         """llama.cpp's selection-sort swaps (i0, i1) that turn emission order into batch order."""
         ids = self._out_ids.copy()
@@ -192,6 +235,7 @@ class Context:
                     seen[s] = k
         return ubs
 
+    @_locked
     def decode(self, batch: Batch) -> int:
         """Decodes one batch; returns 0. Raises BatchError (-1), SplitError / KVCacheFullError (1); on
         failure the KV cache, the outputs and last_ubatches are exactly as before."""
@@ -199,6 +243,8 @@ class Context:
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0")
+        if self._kv._h is None:
+            raise UbatchError("the context is closed")
         alloc = self._allocator(batch)
         alloc.init(batch, n_seq_max=self.n_seq_max, n_vocab=self._n_vocab, output_all=self.embeddings,
                    memory=self._kv)
@@ -297,10 +343,12 @@ class Context:
             raise UbatchError("no logits: the last decode produced none")
         return self._rows_logits
 
+    @_locked
     def get_logits(self) -> np.ndarray:
         """float32[n_outputs, n_vocab]: the output rows in batch order."""
         return self._logits_rows()
 
+    @_locked
     def get_logits_ith(self, i: int) -> np.ndarray:
         """float32[n_vocab] of batch index i (negative: counted from the last output)."""
         rows = self._logits_rows()
@@ -318,15 +366,18 @@ class Context:
             raise UbatchError("no embeddings: the last decode produced none")
         return self._rows_embd
 
+    @_locked
     def get_embeddings(self) -> np.ndarray:
         """float32[n_outputs, n_embd] (pooling "none"), rows in batch order."""
         return self._embd_rows()
 
+    @_locked
     def get_embeddings_ith(self, i: int) -> np.ndarray:
         """float32[n_embd] of batch index i (pooling "none")."""
         rows = self._embd_rows()
         return rows[self._resolve_row(i, "embeddings")]
 
+    @_locked
     def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
         """float32[n_embd]: the pooled embedding of a sequence of the last decode."""
         if self._runner is None:

@@ -146,3 +146,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, streams: np.ndarray, 
                           float(scale), nt)
     _status(rc, "attention")
     return out
+
+
+def attention_shutdown() -> None:
+    """Join the attention kernel's persistent worker threads now (they are also joined at process exit).
+    Any later attention() call with n_threads > 1 starts them again."""
+    lib.ub_attention_shutdown()

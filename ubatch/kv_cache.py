@@ -6,16 +6,20 @@ K-shift through `take_update()`.
 """
 from __future__ import annotations
 
+import functools
+import threading
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.errors import KVCacheFullError, UbatchError
+from ubatch.limits import check_bytes
 from ubatch.placement import Placement
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 SWA_TYPES = {"none": 0, "standard": 1, "chunked": 2, "symmetric": 3}
+KV_CELL_BYTES = 52      # per cell in C (ub_kv_new): pos, shift, ext[2] int32, seq 4 x uint64, epoch uint32
 
 
 def _int(name: str, v, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
@@ -25,6 +29,16 @@ def _int(name: str, v, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
     if not lo <= v <= hi:
         raise ValueError(f"{name} = {v} is outside [{lo}, {hi}]")
     return v
+
+
+def _locked(method):
+    """Runs a method with the object's `_lock` (an RLock) held. CFFI releases the GIL inside C calls, so
+    without it two threads could run C on one handle at once, or close() could free it mid-call."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 def _seq_sets(seq: np.ndarray) -> List[Tuple[int, ...]]:
@@ -53,10 +67,13 @@ class KVCache:
     With one stream (unified) sequence ids 0..255 are valid (all map to stream 0); otherwise ids
     0..n_stream-1, id s living in stream s. An SWA window (swa_type "standard" / "chunked" /
     "symmetric", n_swa >= 1) lets find_slot reuse cells that slid out of their sequence's window and
-    masks them in the KQ mask. Not thread-safe: one decode loop per cache.
+    masks them in the KQ mask. Every method holds the cache's lock (shared with its Context, so a
+    decode and sequence operations from other threads serialise). close() / `with` free the C state.
     """
 
     def __init__(self, n_stream: int, size: int, *, swa_type: str = "none", n_swa: int = 0) -> None:
+        self._lock = threading.RLock()
+        self._h = None
         n_stream = _int("n_stream", n_stream, 1, 256)
         size = _int("size", size, 1)
         if swa_type not in SWA_TYPES:
@@ -66,6 +83,7 @@ class KVCache:
             raise ValueError(f"swa_type {swa_type!r} needs n_swa >= 1, got {n_swa}")
         if n_stream * size > _I32_MAX:
             raise ValueError(f"n_stream * size = {n_stream * size} cells is too large")
+        check_bytes(f"a KV cache of {n_stream} x {size} cells", n_stream * size * KV_CELL_BYTES)
         h = lib.ub_kv_new(n_stream, size, SWA_TYPES[swa_type], n_swa)
         if h == ffi.NULL:
             raise MemoryError(f"cannot allocate a KV cache of {n_stream} x {size} cells")
@@ -79,11 +97,18 @@ class KVCache:
         self._plan: list = []
 
     # ------------------------------------------------------------------ lifetime / errors
+    @_locked
     def close(self) -> None:
         """Frees the C state now (idempotent)."""
         if self._h is not None:
             ffi.release(self._h)
             self._h = None
+
+    def __enter__(self) -> "KVCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _handle(self):
         if self._h is None:
@@ -120,18 +145,21 @@ class KVCache:
         """Number of valid sequence ids (256 when unified, else n_stream)."""
         return self._n_seq
 
+    @_locked
     def seq_pos_min(self, s: int) -> int:
         """Smallest position of sequence s in the cache, -1 if it has none."""
         s = _int("seq_id", s)
         self._check(lib.ub_kv_seq_pos_min(self._handle(), s, self._i32))
         return int(self._i32[0])
 
+    @_locked
     def seq_pos_max(self, s: int) -> int:
         """Largest position of sequence s in the cache, -1 if it has none."""
         s = _int("seq_id", s)
         self._check(lib.ub_kv_seq_pos_max(self._handle(), s, self._i32))
         return int(self._i32[0])
 
+    @_locked
     def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
         """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
         n = _int("n", n, 0, 256)
@@ -142,22 +170,27 @@ class KVCache:
                                                  ffi.from_buffer("int32_t[]", mx)))
         return mn, mx
 
+    @_locked
     def used(self, stream: int) -> int:
         """Number of non-empty cells of a stream."""
         return int(lib.ub_kv_used(self._handle(), self._stream(stream)))
 
+    @_locked
     def head(self, stream: int) -> int:
         """Where the next slot search of this stream starts."""
         return int(lib.ub_kv_head(self._handle(), self._stream(stream)))
 
+    @_locked
     def used_max_p1(self, stream: int) -> int:
         """Index of the last non-empty cell + 1 (0 when empty)."""
         return int(lib.ub_kv_used_max_p1(self._handle(), self._stream(stream)))
 
+    @_locked
     def has_shift(self, stream: int) -> bool:
         """True while a K-shift (seq_add / seq_div) is pending for this stream."""
         return bool(lib.ub_kv_has_shift(self._handle(), self._stream(stream)))
 
+    @_locked
     def cell_arrays(self, stream: int) -> dict:
         """The non-empty cells of a stream as arrays: index int32[n], pos int32[n], seq uint64[n, 4]
         (256-bit sets), shift int32[n], ext int32[n, 2] (x, y)."""
@@ -176,6 +209,7 @@ class KVCache:
         return {"index": idx[:n].copy(), "pos": pos[:n].copy(), "seq": seq[:n].copy(), "shift": shift[:n].copy(),
                 "ext": ext[:n].copy()}
 
+    @_locked
     def cells(self, stream: int) -> List[Tuple[int, int, Tuple[int, ...]]]:
         """(cell index, pos, seq ids ascending) of every non-empty cell of a stream, by index."""
         a = self.cell_arrays(stream)
@@ -186,34 +220,40 @@ class KVCache:
     def _seq(self, s) -> int:
         return _int("seq_id", s)
 
+    @_locked
     def seq_rm(self, s: int, p0: int = -1, p1: int = -1) -> bool:
         """Removes seq s (s = -1: every seq) from the cells with pos in [p0, p1). Returns True."""
         self._check(lib.ub_kv_seq_rm(self._handle(), self._seq(s), _int("p0", p0), _int("p1", p1)))
         self._plan = []
         return True
 
+    @_locked
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         """Adds dst to every cell of src in [p0, p1). Across streams only a full copy is possible
         (ValueError otherwise; llama.cpp aborts): dst's stream is replaced and a data copy queued."""
         self._check(lib.ub_kv_seq_cp(self._handle(), self._seq(src), self._seq(dst), _int("p0", p0), _int("p1", p1)))
         self._plan = []
 
+    @_locked
     def seq_keep(self, s: int) -> None:
         """Removes every other sequence from s's stream."""
         self._check(lib.ub_kv_seq_keep(self._handle(), self._seq(s)))
         self._plan = []
 
+    @_locked
     def seq_add(self, s: int, p0: int, p1: int, delta: int) -> None:
         """Adds delta to the positions of s in [p0, p1) (pending K-shift; cells below 0 are freed)."""
         self._check(lib.ub_kv_seq_add(self._handle(), self._seq(s), _int("p0", p0), _int("p1", p1),
                                       _int("delta", delta)))
         self._plan = []
 
+    @_locked
     def seq_div(self, s: int, p0: int, p1: int, d: int) -> None:
         """Integer-divides the positions of s in [p0, p1) by d >= 1."""
         self._check(lib.ub_kv_seq_div(self._handle(), self._seq(s), _int("p0", p0), _int("p1", p1), _int("d", d)))
         self._plan = []
 
+    @_locked
     def clear(self) -> None:
         """Empties every cell and resets the heads."""
         lib.ub_kv_clear(self._handle())
@@ -221,13 +261,16 @@ class KVCache:
 
     # ------------------------------------------------------------------ pending update
     @property
+    @_locked
     def n_pending_copies(self) -> int:
         return int(lib.ub_kv_n_copies(self._handle()))
 
+    @_locked
     def has_pending_update(self) -> bool:
         """True when stream copies are queued or a K-shift is pending."""
         return bool(lib.ub_kv_has_update(self._handle()))
 
+    @_locked
     def take_update(self) -> Tuple[List[Tuple[int, int]], Optional[np.ndarray]]:
         """Hands out and clears the pending update: the queued (src_stream, dst_stream) copies in order,
         and the per-cell shift int32[n_stream, size] (None when no stream has a pending shift)."""
@@ -243,6 +286,7 @@ class KVCache:
         return pairs, (shift if self._i32[0] else None)
 
     # ------------------------------------------------------------------ snapshots
+    @_locked
     def snapshot(self) -> KVSnapshot:
         """A copy of the whole state (cells, heads, used counts, shifts, sequence bounds, copy queue)."""
         s = lib.ub_kv_snapshot(self._handle())
@@ -250,16 +294,19 @@ class KVCache:
             raise MemoryError("cannot snapshot the KV cache")
         return KVSnapshot(s, (self._n_stream, self._size))
 
+    @_locked
     def restore(self, snap: KVSnapshot) -> None:
         """Puts the cache back into a snapshot's state."""
         self._check(lib.ub_kv_restore(self._handle(), snap._h))
         self._plan = []
 
+    @_locked
     def equals(self, snap: KVSnapshot) -> bool:
         """True when the current state is identical to the snapshot."""
         return bool(lib.ub_kv_snap_equal(self._handle(), snap._h))
 
     # ------------------------------------------------------------------ planning (used by Context)
+    @_locked
     def _prepare(self, ubs: Sequence) -> None:
         """Dry run: finds a slot for every ubatch in turn (each placed before the next is searched),
         then restores the cache exactly. Raises KVCacheFullError (cache unchanged) when one does not fit."""
@@ -272,19 +319,24 @@ class KVCache:
             raise KVCacheFullError(f"failed to find a memory slot for ubatch {failed[0]} of {len(ubs)}: {self._msg()}")
         self._check(st)
 
+    @_locked
     def _begin(self) -> None:
         self._check(lib.ub_kv_begin(self._handle()))
 
+    @_locked
     def _commit(self) -> None:
         self._check(lib.ub_kv_commit(self._handle()))
 
+    @_locked
     def _rollback(self) -> None:
         self._check(lib.ub_kv_rollback(self._handle()))
 
+    @_locked
     def _apply(self, i: int, ub) -> None:
         """apply_ubatch of the i-th planned ubatch."""
         self._check(lib.ub_kv_apply(self._handle(), i, ub._ptr))
 
+    @_locked
     def _slot(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
         h = self._handle()
         ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
@@ -294,12 +346,14 @@ class KVCache:
         cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
         return strm, cells
 
+    @_locked
     def _n_kv(self, i: int) -> int:
         n = lib.ub_kv_n_kv(self._handle(), i)
         if n < 0:
             raise ValueError(f"no planned slot {i}")
         return int(n)
 
+    @_locked
     def _mask(self, i: int, ub, n_kv: int, causal: bool = True, out: Optional[np.ndarray] = None) -> np.ndarray:
         """float32[ns, per, n_kv] KQ mask of the i-th planned ubatch in the current state (one C call)."""
         h = self._handle()
@@ -311,12 +365,14 @@ class KVCache:
         self._check(lib.ub_kv_mask(h, i, ub._ptr, 1 if causal else 0, ffi.from_buffer("float[]", out), n_kv))
         return out
 
+    @_locked
     def _placement(self, i: int, ub, causal: bool = True) -> Placement:
         """The Placement of the i-th planned ubatch (call right after _apply(i, ub))."""
         strm, cells = self._slot(i)
         n_kv = self._n_kv(i)
         return Placement(streams=strm, cells=cells, n_kv=n_kv, mask=self._mask(i, ub, n_kv, causal))
 
+    @_locked
     def __repr__(self) -> str:
         if self._h is None:
             return "KVCache(closed)"

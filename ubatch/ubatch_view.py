@@ -97,6 +97,8 @@ class UBatch:
 
     def seq_ids(self, r: int) -> np.ndarray:
         """int32[k]: the ascending seq ids of row r."""
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+            raise TypeError(f"row index r must be an int, got {type(r).__name__}")
         if not 0 <= r < self.n_tokens:
             raise IndexError(f"row {r} out of range [0, {self.n_tokens})")
         off = self.seq_off
