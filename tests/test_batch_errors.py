@@ -81,8 +81,6 @@ def test_add_rows_rejects() -> None:
     _raises(TypeError, r"n_tokens_max must be an int", Batch, 2.0)
 
 
-@pytest.mark.xfail(strict=True, reason="Batch._put_common iterates a non-int pos: TypeError(\"'float' object is "
-                                       "not iterable\") does not name the row/argument")
 def test_add_token_float_pos_names_culprit() -> None:
     _raises(TypeError, r"pos.*row 0", Batch(2).add_token, 1, 0.5, 0)
 
@@ -155,6 +153,49 @@ def test_mrope_rules(alloc_cls) -> None:
             Batch.from_arrays(embd=embd, pos=np.zeros((4, 2), int), n_pos_per_embd=4), n_seq_max=1)
 
 
+class _BadMemory:
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def seq_pos_min(self, s):
+        return self.lo
+
+    def seq_pos_max(self, s):
+        return self.hi
+
+
+@pytest.mark.parametrize("lo, hi, exc, pattern", [
+    (0, -2, ValueError, r"memory.seq_pos_max\(0\) = -2 is outside \[-1, 2147483647\]"),
+    (-5, 3, ValueError, r"memory.seq_pos_min\(0\) = -5 is outside"),
+    (0, 2**31, ValueError, r"memory.seq_pos_max\(0\) = 2147483648 is outside"),
+    (0, 1.5, TypeError, r"memory.seq_pos_max\(0\) returned float, expected an int"),
+])
+def test_memory_bounds_are_checked(alloc_cls, lo, hi, exc, pattern) -> None:
+    a = alloc_cls()
+    a.init(_tok(2), n_seq_max=1)
+    _raises(exc, pattern, a.init, _tok(3, pos=[5, 6, 7]), n_seq_max=2, memory=_BadMemory(lo, hi))
+    assert a.n_tokens == 2 and a.split_simple(8).n_tokens == 2
+
+
+def test_native_memory_fast_path_is_checked() -> None:
+    a = allocator_factory("native")()
+
+    class Fast(FastSeqPosMemory):
+        def __init__(self, lo, hi):
+            super().__init__()
+            self.arrays = (lo, hi)
+
+        def _seq_pos_bounds(self, n_seq_max):
+            return self.arrays
+
+    _raises(ValueError, r"_seq_pos_bounds\(\)\[0\] has shape \(1,\), expected \(2,\)", a.init, _tok(), n_seq_max=2,
+            memory=Fast(np.zeros(1, np.int64), np.zeros(2, np.int64)))
+    _raises(ValueError, r"_seq_pos_bounds\(\)\[1\]\[1\] = -3 is outside", a.init, _tok(), n_seq_max=2,
+            memory=Fast(np.zeros(2, np.int64), np.array([0, -3])))
+    _raises(TypeError, r"_seq_pos_bounds\(\)\[0\] has dtype float64", a.init, _tok(), n_seq_max=2,
+            memory=Fast(np.zeros(2), np.zeros(2, np.int64)))
+
+
 def test_mixed_content_types(alloc_cls) -> None:
     b = Batch(4, n_embd=2)
     b.add_token(1, 0, 0)
@@ -171,18 +212,12 @@ def test_mixed_content_types(alloc_cls) -> None:
 @pytest.mark.parametrize("impl", IMPLS)
 def test_n_vocab_zero_rejects_every_token(impl) -> None:
     """n_vocab must be a real vocabulary size: 0 must not silently disable the token check."""
-    if impl == "native":
-        pytest.xfail("native BatchAllocator maps n_vocab=0 to 'no check' (ubatch/allocator.py: "
-                     "`n_vocab = 0 if n_vocab is None else ...`, C skips V2 when n_vocab <= 0)")
     _raises(ValueError, r"n_vocab", allocator_factory(impl)().init, _tok(), n_seq_max=1, n_vocab=0)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_first_position_below_minus_one(impl) -> None:
     """llama.cpp's C3 starts every seq's running position at -1, so a first position < -1 is 'decreasing'."""
-    if impl == "native":
-        pytest.xfail("native C3 only compares a seq's positions with each other (csrc/batch_init.c: `last[s]` "
-                     "is unset for the first row), so a first position < -1 is accepted")
     a = allocator_factory(impl)()
     _raises(BatchError, r"^sequence 1 positions are decreasing \(not allowed\)$", a.init,
             _tok(2, pos=[0, -2], seq_ids=[0, 1]), n_seq_max=2)

@@ -77,12 +77,10 @@ def batch_cases(draw) -> dict:
     if bad == 0 and case["pos"] is not None:
         i = draw(st.integers(0, n - 1))
         d = draw(st.sampled_from([-3, -1, 1, 2]))
-        # (kept >= -1: a first position below -1 is a known native/llama.cpp difference, see
-        # test_batch_errors.py::test_first_position_below_minus_one)
         if n_pos > 1 and embd_input:
-            case["pos"][0][i] = max(-1, case["pos"][0][i] + d)
+            case["pos"][0][i] += d
         else:
-            case["pos"][i] = max(-1, case["pos"][i] + d)
+            case["pos"][i] += d
     elif bad == 1:
         i = draw(st.integers(0, n - 1))
         case["rows"][i] = case["rows"][i] + [draw(st.sampled_from([-1, n_seq_max, n_seq_max + 3]))]
@@ -92,7 +90,7 @@ def batch_cases(draw) -> dict:
         s = draw(st.sampled_from(seqs))
         mem = dict(case["mem"] or {})
         lo, hi = mem.get(s, (-1, -1))
-        mem[s] = (draw(st.integers(0, 3)), max(hi, 0) + draw(st.integers(-2, 2)))
+        mem[s] = (draw(st.integers(0, 3)), max(-1, max(hi, 0) + draw(st.integers(-2, 2))))
         case["mem"] = mem
     return case
 

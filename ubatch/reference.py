@@ -42,6 +42,15 @@ def _check_count(name: str, v: Any, lo: int) -> int:
     return v
 
 
+def _bound_int(name: str, s: int, v: Any) -> int:
+    """One position bound reported by a memory: an int in [-1, INT32_MAX] (-1 = empty)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}({s}) returned {type(v).__name__}, expected an int")
+    if not -1 <= int(v) <= _I32_MAX:
+        raise ValueError(f"{name}({s}) = {int(v)} is outside [-1, {_I32_MAX}]")
+    return int(v)
+
+
 class RefUBatch:
     """One micro-batch (llama_ubatch) with the same attribute names as `ubatch.UBatch`."""
 
@@ -125,7 +134,7 @@ class ReferenceAllocator:
             if isinstance(n_vocab, (bool, np.bool_)) or not isinstance(n_vocab, (int, np.integer)):
                 raise TypeError(f"n_vocab must be an int or None, got {type(n_vocab).__name__}")
             if not 1 <= n_vocab <= _I32_MAX:
-                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}], got {n_vocab}")
+                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
         st = self._build_state(batch, int(n_seq_max), None if n_vocab is None else int(n_vocab),
                                bool(output_all), memory)
         self._st = st              # commit: nothing above touched self
@@ -139,6 +148,13 @@ class ReferenceAllocator:
         # llama.cpp: GGML_ASSERT(n_tokens > 0) -- an abort; here an error.
         if n <= 0:
             raise BatchError("n_tokens == 0: the batch is empty")
+        # the memory's per-seq ranges (seq_pos_min/max, -1 = empty), read once and checked
+        mem_min = mem_max = None
+        if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
+            mem_min = [_bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s)) for s in range(n_seq_max)]
+            mem_max = [_bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s)) for s in range(n_seq_max)]
+        if not _I32_MIN <= n_seq_max <= _I32_MAX:
+            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         # V1
         if n_seq_max > LLAMA_MAX_SEQ:
             raise BatchError(f"n_seq_max = {n_seq_max} > {LLAMA_MAX_SEQ}")
@@ -194,7 +210,7 @@ class ReferenceAllocator:
             for i in range(n):
                 s = seq_rows[i][0]
                 if s not in p_next:
-                    p_next[s] = (int(memory.seq_pos_max(s)) + 1) if memory is not None else 0
+                    p_next[s] = mem_max[s] + 1 if mem_max is not None else 0
                 p = p_next[s]
                 if p > _I32_MAX:
                     raise BatchError(f"automatic position of token {i} (seq {s}) overflows int32")
@@ -239,14 +255,14 @@ class ReferenceAllocator:
         for s in seq_id_unq:
             y = min(seq_pos[s])
             if n_pos > 1:
-                x = int(memory.seq_pos_max(s)) if memory is not None else -1
+                x = mem_max[s] if mem_max is not None else -1
                 if has_token and x >= 0 and x >= y:
                     raise BatchError(self._msg_mrope(s, x, y, "X < Y"))
                 if not has_token and x >= 0 and x > y:
                     raise BatchError(self._msg_mrope(s, x, y, "X <= Y"))
             else:
-                if memory is not None:
-                    x = int(memory.seq_pos_max(s))
+                if mem_max is not None:
+                    x = mem_max[s]
                     if x >= 0 and y != x + 1:
                         raise BatchError(
                             f"the tokens of sequence {s} in the input batch have inconsistent sequence positions:\n"
@@ -258,10 +274,9 @@ class ReferenceAllocator:
                     raise BatchError(f"sequence {s} positions are not continuous")
 
         # C2: coupled sequences must have the same range in memory
-        if memory is not None:
+        if mem_max is not None:
             for s0, s1 in sorted(coupled):
-                if (int(memory.seq_pos_min(s0)) != int(memory.seq_pos_min(s1))
-                        or int(memory.seq_pos_max(s0)) != int(memory.seq_pos_max(s1))):
+                if mem_min[s0] != mem_min[s1] or mem_max[s0] != mem_max[s1]:
                     raise BatchError(f"sequence {s0} is coupled to {s1} in the input batch, but have divereged")
 
         # C3: positions must not decrease within a seq (batch order); the "incompatible sequence sets"
