@@ -14,7 +14,9 @@ The project's deliberate differences from llama.cpp are implemented here exactly
     than n_ubatch tokens; `strict=False` keeps llama.cpp's n_ubatch + 1 overflow;
   * what llama.cpp aborts on (empty batch, n_keep_tail >= n_ubatch, out-of-bounds M-RoPE reads) raises.
 
-Error messages are llama.cpp's text without the "init: " prefix and the trailing newline.
+Error messages are llama.cpp's text without the "init: " prefix and the trailing newline. A memory is
+read only through seq_pos_min(s)/seq_pos_max(s) for every s < n_seq_max (the reference ignores the
+native fast path `_seq_pos_bounds`); values must be ints in [-1, INT32_MAX].
 """
 from __future__ import annotations
 
