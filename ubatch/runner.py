@@ -105,6 +105,20 @@ class ModelRunner:
         for dst, src in zip(self.k + self.v, list(ks) + list(vs)):
             np.copyto(dst, src)
 
+    def save_cells(self, place: Placement) -> object:
+        """A copy of the K/V data of the cells `place` is about to write (for restore_cells)."""
+        streams = np.asarray(place.streams, dtype=np.intp)
+        cells = np.asarray(place.cells, dtype=np.intp)
+        sidx = np.broadcast_to(streams[:, None], cells.shape)
+        return sidx, cells, [(k[sidx, cells], v[sidx, cells]) for k, v in zip(self.k, self.v)]
+
+    def restore_cells(self, saved: object) -> None:
+        """Writes back the data copied by save_cells."""
+        sidx, cells, data = saved  # type: ignore[misc]
+        for (ko, vo), k, v in zip(data, self.k, self.v):
+            k[sidx, cells] = ko
+            v[sidx, cells] = vo
+
     def clear(self) -> None:
         for a in self.k + self.v:
             a.fill(0)
