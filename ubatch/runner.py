@@ -1,4 +1,10 @@
-"""ModelRunner: the forward pass of one ubatch over runner-owned K/V data (RUNNER_INTERFACE.md).
+"""ModelRunner: the forward pass of one ubatch over runner-owned K/V data.
+
+The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights and the K/V data
+(per layer `[n_stream, kv_size, n_head_kv, head_dim]`). What the Context calls, in order, per decode:
+`update(copies, shift)` when a stream copy / K-shift is pending, then per ubatch `save_cells(place)` and
+`compute(ub, place)` (place: ubatch.placement.Placement); on a failure `restore_cells` in reverse and, if an
+update was pending, `restore_kv(snapshot_kv())` — so a failed decode leaves the K/V data as it was.
 
 Matmuls go through numpy (BLAS); RoPE, the K-shift and attention run in C (ubatch.kernels). Everything is
 float32; K/V are stored as float32 or float16 (type_k / type_v)."""
