@@ -57,6 +57,12 @@ class FakeRunner:
     def snapshot_kv(self):
         return None
 
+    def save_cells(self, place: Placement):
+        return (place.streams.copy(), place.cells.copy())
+
+    def restore_cells(self, saved) -> None:
+        self.restored = getattr(self, "restored", []) + [saved]
+
     def restore_kv(self, snap):
         pass
 

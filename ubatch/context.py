@@ -13,7 +13,10 @@ Deliberate differences from llama.cpp (0c1e570):
 * a failed decode changes nothing: the KV cache is bit-identical (we restore the heads by the right
   stream and undo dry-run SWA purges, which llama.cpp does not), the pending K-shift / stream copies stay
   pending (llama.cpp applies them before planning; the update carries no content so only the has_shift
-  flag differs), and the previous outputs remain readable (llama.cpp drops their pending reorder).
+  flag differs), and the previous outputs remain readable (llama.cpp drops their pending reorder);
+* a failure during compute (any ubatch, or the K-shift before it) rolls the whole batch back: cells,
+  heads, the pending update and the K/V data of every cell written are as before the call (llama.cpp
+  keeps the earlier ubatches and removes the failing ubatch's sequences from their first position on).
 """
 from __future__ import annotations
 
@@ -254,20 +257,36 @@ class Context:
         kv = self._kv
         kv._prepare(ubs)                               # raises KVCacheFullError; cache unchanged
 
-        # pending stream copies / K-shift (llama.cpp's memory_update)
-        copies, shift = kv.take_update()
-        if self._runner is not None and (copies or shift is not None):
-            self._runner.update(copies, shift)
-
+        # A failure from here on (K-shift, stream copies, any ubatch's compute) puts the cache back to
+        # its state before this call: cells/heads through the KV journal, K/V data through saved rows,
+        # and a pending update through a snapshot taken only when one is pending (after seq_add/seq_cp).
+        pending = None
+        if kv.has_update:
+            pending = (kv.snapshot(), self._runner.snapshot_kv() if self._runner is not None else None)
         results = []
-        kv._begin()
+        undo = []
         try:
-            for i, ub in enumerate(ubs):
-                kv._apply(i, ub)
-                if self._runner is not None:
-                    results.append(self._runner.compute(ub, kv._placement(i, ub)))
+            copies, shift = kv.take_update()          # llama.cpp's memory_update
+            if self._runner is not None and (copies or shift is not None):
+                self._runner.update(copies, shift)
+            kv._begin()
+            try:
+                for i, ub in enumerate(ubs):
+                    kv._apply(i, ub)
+                    if self._runner is not None:
+                        place = kv._placement(i, ub)
+                        undo.append(self._runner.save_cells(place))
+                        results.append(self._runner.compute(ub, place))
+            except BaseException:
+                kv._rollback()
+                raise
         except BaseException:
-            kv._rollback()
+            for saved in reversed(undo):
+                self._runner.restore_cells(saved)
+            if pending is not None:
+                kv.restore(pending[0])
+                if pending[1] is not None:
+                    self._runner.restore_kv(pending[1])
             raise
         kv._commit()
         self._finish(alloc, ubs, results)

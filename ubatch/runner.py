@@ -1,4 +1,10 @@
-"""ModelRunner: the forward pass of one ubatch over runner-owned K/V data (RUNNER_INTERFACE.md).
+"""ModelRunner: the forward pass of one ubatch over runner-owned K/V data.
+
+The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights and the K/V data
+(per layer `[n_stream, kv_size, n_head_kv, head_dim]`). What the Context calls, in order, per decode:
+`update(copies, shift)` when a stream copy / K-shift is pending, then per ubatch `save_cells(place)` and
+`compute(ub, place)` (place: ubatch.placement.Placement); on a failure `restore_cells` in reverse and, if an
+update was pending, `restore_kv(snapshot_kv())` — so a failed decode leaves the K/V data as it was.
 
 Matmuls go through numpy (BLAS); RoPE, the K-shift and attention run in C (ubatch.kernels). Everything is
 float32; K/V are stored as float32 or float16 (type_k / type_v)."""
@@ -104,6 +110,20 @@ class ModelRunner:
             raise ValueError("snapshot does not match this runner's K/V buffers")
         for dst, src in zip(self.k + self.v, list(ks) + list(vs)):
             np.copyto(dst, src)
+
+    def save_cells(self, place: Placement) -> object:
+        """A copy of the K/V data of the cells `place` is about to write (for restore_cells)."""
+        streams = np.asarray(place.streams, dtype=np.intp)
+        cells = np.asarray(place.cells, dtype=np.intp)
+        sidx = np.broadcast_to(streams[:, None], cells.shape)
+        return sidx, cells, [(k[sidx, cells], v[sidx, cells]) for k, v in zip(self.k, self.v)]
+
+    def restore_cells(self, saved: object) -> None:
+        """Writes back the data copied by save_cells."""
+        sidx, cells, data = saved  # type: ignore[misc]
+        for (ko, vo), k, v in zip(data, self.k, self.v):
+            k[sidx, cells] = ko
+            v[sidx, cells] = vo
 
     def clear(self) -> None:
         for a in self.k + self.v:
