@@ -10,7 +10,7 @@ build:
 	flock /tmp/ubatch-build.lock $(PY) setup.py -q build_ext --inplace
 
 test:
-	$(PY) -m pytest -q
+	pytest -q tests
 
 # the whole test suite against an ASan+UBSan build made in a scratch copy (build/asan), reduced hypothesis profile
 asan:
