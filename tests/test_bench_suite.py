@@ -15,7 +15,6 @@ from ubatch.cli import main
 from ubatch.workload import layout_batch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_BENCH_DATA = os.path.join(os.path.dirname(HERE), "bench", "data")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -196,14 +195,13 @@ def test_split_bench_expansion():
     assert int(w3["tokens"][0]) == (7919 * 0 + 104729 * 100 + 17) % 32000
 
 
-@pytest.mark.skipif(not os.path.isdir(REPO_BENCH_DATA), reason="bench/data is not next to the tests (installed package)")
-def test_embedded_llama_data_matches_bench_data():
-    with open(os.path.join(REPO_BENCH_DATA, "workloads.json")) as f:
-        assert json.load(f) == WORKLOADS
-    with open(os.path.join(REPO_BENCH_DATA, "llama_cpp_split_timings.json")) as f:
-        full = json.load(f)
-    for k, v in LLAMA_CPP_TIMINGS.items():
-        assert full[k] == v, k
+def test_llama_data_matches_the_timed_workloads():
+    """Each timed llama.cpp plan names a shipped workload, and its token count is that workload's."""
+    from ubatch.benchsuite.split_bench import expand
+    sizes = {w["id"]: len(expand(w, WORKLOADS["defaults"])["tokens"]) for w in WORKLOADS["workloads"]}
+    assert LLAMA_CPP_TIMINGS["table"]
+    for row in LLAMA_CPP_TIMINGS["table"]:
+        assert sizes[row["workload"]] == row["total_tokens"], row["workload"]
 
 
 def test_bench_split_script_is_thin():
