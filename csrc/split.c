@@ -51,8 +51,12 @@ static ub_ubatch *ubatch_add(ub_norm *nb, const int32_t *idxs, int32_t n, int32_
         for (int32_t r = 0; r < n; r++) dp[r] = sp[idxs[r]];
     }
     int32_t u = 0;
-    for (int32_t s = 0; s < nb->n_seq_max; s++)
-        if (ub_set_has(seen, s)) { ub->seq_idx[s] = u; ub->seq_id_unq[u++] = s; }
+    for (int q = 0; q < UB_SEQ_WORDS; q++)          /* ids are < n_seq_max by init's checks */
+        for (uint64_t bits = seen[q]; bits; bits &= bits - 1) {
+            int32_t s = q * 64 + __builtin_ctzll(bits);
+            ub->seq_idx[s] = u;
+            ub->seq_id_unq[u++] = s;
+        }
     ub->n_seqs_unq = u;
     ub->n_seqs = n_seqs;
     ub->n_seq_tokens = n_seqs > 0 ? n / n_seqs : 0;
@@ -239,6 +243,15 @@ ub_ubatch *ub_alloc_split_equal(ub_alloc *a, int32_t n_ubatch, int32_t sequentia
     return finish(a, nb, idxs, w, keep, 1, status);
 }
 
+/* True when the 256-bit set s has exactly one bit. */
+static int set_is_single(const uint64_t *s) {
+    int words = 0;
+    uint64_t w = 0;
+    for (int q = 0; q < UB_SEQ_WORDS; q++)
+        if (s[q]) { words++; w = s[q]; }
+    return words == 1 && (w & (w - 1)) == 0;
+}
+
 /* split_seq (§4.4): from the first unused row, follow rows whose set is a subset of the current one
  * (the allowed set only shrinks); one sequence set per ubatch, n_seqs = 1. */
 ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
@@ -252,21 +265,24 @@ ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
         idxs[n++] = c;
         mark_used(nb, c);
         if (n >= n_ubatch) break;
-        int32_t nxt = -1;
-        const uint64_t *cs = cur;
-        if (__builtin_popcountll(cs[0]) + __builtin_popcountll(cs[1]) + __builtin_popcountll(cs[2]) +
-                __builtin_popcountll(cs[3]) == 1) {
-            /* a single-seq set: its only non-empty subset is itself, so follow its own row list */
+        if (set_is_single(cur)) {
+            /* a single-seq set: its only non-empty subset is itself, and cur can no longer change, so the
+             * rest of the ubatch is that set's next unused rows (its row list is in batch order) */
             int32_t g = nb->tok_group[c];
             const int32_t *rows = nb->grp_tok + nb->grp_off[g];
             int32_t len = nb->grp_off[g + 1] - nb->grp_off[g];
-            for (int32_t q = group_next(nb, g); q < len; q++)
-                if (!nb->used[rows[q]] && rows[q] > c) { nxt = rows[q]; break; }
-        } else {
-            for (int32_t j = c + 1; j < nb->n_tokens; j++) {
-                if (nb->used[j]) continue;
-                if (ub_set_subset(nb->seq_set + (size_t)j * UB_SEQ_WORDS, cur)) { nxt = j; break; }
+            for (int32_t q = group_next(nb, g); q < len && n < n_ubatch; q++) {
+                int32_t r = rows[q];
+                if (nb->used[r] || r <= c) continue;
+                idxs[n++] = r;
+                mark_used(nb, r);
             }
+            break;
+        }
+        int32_t nxt = -1;
+        for (int32_t j = c + 1; j < nb->n_tokens; j++) {
+            if (nb->used[j]) continue;
+            if (ub_set_subset(nb->seq_set + (size_t)j * UB_SEQ_WORDS, cur)) { nxt = j; break; }
         }
         if (nxt < 0) break;
         c = nxt;

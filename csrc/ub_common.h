@@ -36,7 +36,7 @@ enum {
  *   batch_idxs int32[n_tokens]               batch row each ubatch row came from
  *   seq_id_unq int32[n_seqs_unq]             distinct ids of the ubatch, ascending
  *   seq_idx    int32[256]                    index into seq_id_unq, -1 where absent */
-typedef struct ub_ubatch {
+typedef struct ub_ubatch {         /* the first 7 int32 fields are read as one int32[7] (ubatch_view.py) */
     int32_t n_tokens;
     int32_t n_seq_tokens;
     int32_t n_seqs;

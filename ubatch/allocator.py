@@ -117,11 +117,13 @@ class BatchAllocator:
         on failure the allocator keeps its previous batch and split state."""
         if not isinstance(batch, Batch):
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
-        n_seq_max = _int_arg("n_seq_max", n_seq_max)
+        if type(n_seq_max) is not int:
+            n_seq_max = _int_arg("n_seq_max", n_seq_max)
         if n_vocab is None:
             n_vocab = 0                       # C: no token range check
         else:
-            n_vocab = _int_arg("n_vocab", n_vocab)
+            if type(n_vocab) is not int:
+                n_vocab = _int_arg("n_vocab", n_vocab)
             if n_vocab < 1 or n_vocab > _I32_MAX:
                 raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
         if batch.n_tokens == 0:
@@ -141,13 +143,16 @@ class BatchAllocator:
             if st != lib.UB_OK:
                 self._raise(st)
             self._inited = True
-            self.warning = ffi.string(lib.ub_alloc_warning(h)).decode()
+            w = lib.ub_alloc_warning(h)
+            self.warning = ffi.string(w).decode() if w[0] != b"\0" else ""
         del keep
         if _debug.LEVEL:
             _debug.dump_init(self, batch)
 
     # ------------------------------------------------------------------ splits
     def _split_args(self, n_ubatch) -> int:
+        if type(n_ubatch) is int and 0 < n_ubatch <= _I32_MAX:     # the common case, checked cheaply
+            return n_ubatch
         n_ubatch = _int_arg("n_ubatch", n_ubatch)
         if n_ubatch < 1:
             raise ValueError(f"n_ubatch must be >= 1, got {n_ubatch}")
@@ -155,8 +160,9 @@ class BatchAllocator:
 
     def _split_handle(self):
         """The handle for a split (call with the lock held): open and inited, else UbatchError."""
-        h = self._handle()
-        if not self._inited:
+        h = self._h
+        if h is None or not self._inited:
+            self._handle()
             raise UbatchError("split called before a successful init")
         return h
 

@@ -33,18 +33,48 @@ def c_array(owner, cptr, shape: tuple, typestr: str) -> np.ndarray:
 class UBatch:
     """One micro-batch. Attributes follow api.md; arrays are read-only views created on first access."""
 
-    __slots__ = ("_ptr", "n_tokens", "n_seq_tokens", "n_seqs", "n_seqs_unq", "n_pos", "n_embd", "equal_seqs", "_cache")
+    __slots__ = ("_ptr", "_hdr", "_cache")
 
     def __init__(self, ptr) -> None:
         self._ptr = ffi.gc(ptr, lib.ub_ubatch_free)
-        self.n_tokens: int = ptr.n_tokens
-        self.n_seq_tokens: int = ptr.n_seq_tokens
-        self.n_seqs: int = ptr.n_seqs
-        self.n_seqs_unq: int = ptr.n_seqs_unq
-        self.n_pos: int = ptr.n_pos
-        self.n_embd: int = ptr.n_embd
-        self.equal_seqs: bool = bool(ptr.equal_seqs)
+        self._hdr = None          # the 7 int32 header fields, read on first use
         self._cache: Optional[dict] = None
+
+    def _header(self) -> list:
+        h = self._hdr
+        if h is None:
+            # the record opens with 7 int32 fields (n_tokens ... equal_seqs): one read for all of them
+            h = self._hdr = ffi.unpack(ffi.cast("int32_t *", self._ptr), 7)
+        return h
+
+    @property
+    def n_tokens(self) -> int:
+        return self._header()[0]
+
+    @property
+    def n_seq_tokens(self) -> int:
+        return self._header()[1]
+
+    @property
+    def n_seqs(self) -> int:
+        """Sequence sets in the ubatch (n_tokens for split_simple)."""
+        return self._header()[2]
+
+    @property
+    def n_seqs_unq(self) -> int:
+        return self._header()[3]
+
+    @property
+    def n_pos(self) -> int:
+        return self._header()[4]
+
+    @property
+    def n_embd(self) -> int:
+        return self._header()[5]
+
+    @property
+    def equal_seqs(self) -> bool:
+        return self._header()[6] != 0
 
     def _view(self, name: str, shape: tuple, typestr: str) -> np.ndarray:
         if self._cache is None:
