@@ -44,7 +44,7 @@ def test_failed_compute_rolls_back_everything(kv_unified: bool, fail_at: int) ->
         c.decode(_prompt(2, 6))
         c.memory.seq_rm(0, 0, 2)              # context shift on seq 0: a K-shift is now pending
         c.memory.seq_add(0, 2, -1, -2)
-    assert ctx.memory.has_update
+    assert ctx.memory.has_pending_update()
     snap = ctx.memory.snapshot()
     data = ctx._runner.snapshot_kv()
     # seq 0 continues at 4 (shifted), seq 1 at 6; 10 rows -> 3 ubatches of n_ubatch 4
@@ -54,7 +54,7 @@ def test_failed_compute_rolls_back_everything(kv_unified: bool, fail_at: int) ->
     with pytest.raises(RuntimeError, match="injected"):
         ctx.decode(batch)
     assert ctx.memory.equals(snap)
-    assert ctx.memory.has_update                 # the K-shift is still pending, as before the call
+    assert ctx.memory.has_pending_update()                 # the K-shift is still pending, as before the call
     for a, b in zip(data[0] + data[1], ctx._runner.k + ctx._runner.v):
         assert np.array_equal(a, b)
     del ctx._runner.compute                      # back to the real method

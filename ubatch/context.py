@@ -261,7 +261,7 @@ class Context:
         # its state before this call: cells/heads through the KV journal, K/V data through saved rows,
         # and a pending update through a snapshot taken only when one is pending (after seq_add/seq_cp).
         pending = None
-        if kv.has_update:
+        if kv.has_pending_update():
             pending = (kv.snapshot(), self._runner.snapshot_kv() if self._runner is not None else None)
         results = []
         undo = []

@@ -271,11 +271,6 @@ class KVCache:
         return bool(lib.ub_kv_has_update(self._handle()))
 
     @_locked
-    @property
-    def has_update(self) -> bool:
-        """True when a K-shift or a cross-stream copy is pending (applied at the next decode)."""
-        return bool(lib.ub_kv_has_update(self._handle()))
-
     def take_update(self) -> Tuple[List[Tuple[int, int]], Optional[np.ndarray]]:
         """Hands out and clears the pending update: the queued (src_stream, dst_stream) copies in order,
         and the per-cell shift int32[n_stream, size] (None when no stream has a pending shift)."""
