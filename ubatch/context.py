@@ -74,7 +74,8 @@ class Context:
 
     def __init__(self, model=None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_seq_max: int = 1, kv_unified: bool = False, embeddings: bool = False, pooling: str = "none",
-                 type_k: str = "f32", type_v: str = "f32", n_threads: Optional[int] = None) -> None:
+                 type_k: str = "f32", type_v: str = "f32", n_threads: Optional[int] = None,
+                 causal_attn: bool = True) -> None:
         n_ctx = _int("n_ctx", n_ctx)
         n_batch = _int("n_batch", n_batch, 1)
         n_ubatch = _int("n_ubatch", n_ubatch)
@@ -95,7 +96,8 @@ class Context:
             if model is None:
                 raise ValueError("n_ctx = 0 (use the model's training context) needs a model")
             n_ctx = int(model.n_ctx_train)
-        n_batch = min(n_ctx, n_batch)                  # causal attention
+        if causal_attn:
+            n_batch = min(n_ctx, n_batch)              # llama.cpp clamps n_batch only for causal attention
         if n_batch < 1:
             raise ValueError("n_batch must be >= 1")
         n_ubatch = min(n_batch, n_ubatch or n_batch)
@@ -119,6 +121,7 @@ class Context:
         self.pooling: str = pooling
         self.type_k, self.type_v = type_k, type_v
         self.n_threads = n_threads
+        self.causal_attn: bool = bool(causal_attn)
         self.model = model
 
         n_stream = 1 if kv_unified else n_seq_max
@@ -253,6 +256,9 @@ class Context:
                    memory=self._kv)
         if alloc.n_tokens > self.n_batch:
             raise BatchError(f"n_tokens = {alloc.n_tokens} > n_batch = {self.n_batch} (llama.cpp aborts here)")
+        if not self.causal_attn and alloc.n_tokens > self.n_ubatch:
+            raise BatchError(f"non-causal attention requires n_ubatch >= n_tokens: n_tokens = {alloc.n_tokens} > "
+                             f"n_ubatch = {self.n_ubatch} (llama.cpp aborts here)")
         ubs = self._split(alloc)
         kv = self._kv
         kv._prepare(ubs)                               # raises KVCacheFullError; cache unchanged
@@ -274,7 +280,7 @@ class Context:
                 for i, ub in enumerate(ubs):
                     kv._apply(i, ub)
                     if self._runner is not None:
-                        place = kv._placement(i, ub)
+                        place = kv._placement(i, ub, causal=self.causal_attn)
                         undo.append(self._runner.save_cells(place))
                         results.append(self._runner.compute(ub, place))
             except BaseException:
