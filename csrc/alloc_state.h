@@ -47,6 +47,12 @@ struct ub_alloc {
 };
 
 void ub_norm_free(ub_norm *nb);
+/* Grows nb's buffers for n rows, n_ids seq ids, n_pos sections, n_embd floats per row; 0 on OOM. */
+int ub_norm_reserve(ub_norm *nb, size_t n, size_t n_ids, size_t n_pos, size_t n_embd);
+/* Sorts ids[0..n) ascending in place, drops duplicates, returns the new length. */
+int32_t ub_sort_unique(int32_t *ids, int32_t n);
+/* Fills tok_group / grp_off / grp_tok of nb from its seq sets (work space: nb->scratch). */
+void ub_build_groups(ub_norm *nb);
 void ub_norm_split_reset(ub_norm *nb);
 int ub_alloc_fail(ub_alloc *a, int code, const char *fmt, ...);
 

@@ -1,187 +1,10 @@
-/* Batch allocator: handle lifetime and init (validation + normalisation), llama-batch.md §3.
- * The checks run in llama.cpp's order: content types (Appendix A), V1-V3, F1-F4, S1-S3, C1-C3. */
-#include <stdarg.h>
+/* Batch allocator: init (validation + normalisation), llama-batch.md §3. The checks run in llama.cpp's
+ * order: content types (Appendix A), V1-V3, F1-F4, S1-S3, C1-C3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc_state.h"
-
-/* Creates an empty allocator for a model with n_pos_per_embd position sections (1, 3 or 4).
- * Returns NULL on OOM or a bad n_pos_per_embd. Caller frees with ub_alloc_free. */
-ub_alloc *ub_alloc_new(int32_t n_pos_per_embd) {
-    if (n_pos_per_embd < 1 || n_pos_per_embd > 4) return NULL;
-    ub_alloc *a = calloc(1, sizeof(*a));
-    if (a) a->n_pos_per_embd = n_pos_per_embd;
-    return a;
-}
-
-/* Frees the allocator and its normalised batch (NULL is fine). Ubatches already returned stay valid. */
-void ub_alloc_free(ub_alloc *a) {
-    if (!a) return;
-    ub_norm_free(a->cur);
-    ub_norm_free(a->spare);
-    free(a);
-}
-
-const char *ub_alloc_error(const ub_alloc *a) { return a ? a->err : "null allocator"; }
-const char *ub_alloc_warning(const ub_alloc *a) { return a ? a->warn : ""; }
-
-/* Records a printf-style message in a->err and returns code. */
-int ub_alloc_fail(ub_alloc *a, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->err, sizeof(a->err), fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-/* Frees every array of a normalised batch (NULL is fine). */
-void ub_norm_free(ub_norm *nb) {
-    if (!nb) return;
-    free(nb->token_buf); free(nb->embd_buf); free(nb->pos); free(nb->output);
-    free(nb->seq_off); free(nb->seq_id); free(nb->seq_set);
-    free(nb->tok_group); free(nb->grp_off); free(nb->grp_tok); free(nb->grp_cur);
-    free(nb->used); free(nb->out_ids); free(nb->scratch);
-    free(nb);
-}
-
-/* Grows *p to hold n elements of size sz (contents not kept). Returns 0 on OOM (old buffer kept). */
-static int grow(void **p, size_t *cap, size_t n, size_t sz) {
-    if (n <= *cap && *p) return 1;
-    size_t want = n < 16 ? 16 : n + n / 4;
-    void *q = malloc(want * sz);
-    if (!q) return 0;
-    free(*p);
-    *p = q;
-    *cap = want;
-    return 1;
-}
-
-/* Makes sure nb's buffers hold n rows, n_ids seq ids, n_pos sections and n_embd floats per row.
- * Per-row buffers share cap_tokens; grp_off/grp_cur need n+1 entries. Returns 0 on OOM. */
-static int norm_reserve(ub_norm *nb, size_t n, size_t n_ids, size_t n_pos, size_t n_embd) {
-    if (n + 1 > nb->cap_tokens || !nb->seq_off) {
-        size_t want = (n + 1) + (n + 1) / 4;
-        void *bufs[11] = {0};
-        size_t sizes[11] = {4, UB_SEQ_WORDS * 8, 1, 4, 4, 4, 4, 1, 4, 32, 4};
-        for (int k = 0; k < 11; k++) {
-            bufs[k] = malloc(want * sizes[k] + (k == 9 ? 64 * sizeof(int32_t) : 0));   /* scratch: + hash minimum */
-            if (!bufs[k]) { for (int j = 0; j <= k; j++) free(bufs[j]); return 0; }
-        }
-        free(nb->seq_off); free(nb->seq_set); free(nb->output); free(nb->tok_group); free(nb->grp_tok);
-        free(nb->grp_off); free(nb->grp_cur); free(nb->used); free(nb->out_ids); free(nb->scratch);
-        free(nb->token_buf);
-        nb->seq_off = bufs[0]; nb->seq_set = bufs[1]; nb->output = bufs[2]; nb->tok_group = bufs[3];
-        nb->grp_tok = bufs[4]; nb->grp_off = bufs[5]; nb->grp_cur = bufs[6]; nb->used = bufs[7];
-        nb->out_ids = bufs[8]; nb->scratch = bufs[9]; nb->token_buf = bufs[10];
-        nb->cap_tokens = want;
-    }
-    if (!grow((void **)&nb->seq_id, &nb->cap_ids, n_ids ? n_ids : 1, 4)) return 0;
-    if (!grow((void **)&nb->pos, &nb->cap_pos, n * n_pos, 4)) return 0;
-    if (n_embd && !grow((void **)&nb->embd_buf, &nb->cap_embd, n * n_embd, 4)) return 0;
-    return 1;
-}
-
-/* Forgets every split done since init: no row used, no output emitted. */
-void ub_norm_split_reset(ub_norm *nb) {
-    memset(nb->used, 0, (size_t)nb->n_tokens);
-    memset(nb->grp_cur, 0, sizeof(int32_t) * (size_t)(nb->n_groups > 0 ? nb->n_groups : 1));
-    nb->n_used = 0;
-    nb->first_unused = 0;
-    nb->n_out_ids = 0;
-}
-
-static int cmp_i32(const void *x, const void *y) {
-    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-    return (a > b) - (a < b);
-}
-
-/* Sorts ids[0..n) ascending in place and drops duplicates; returns the new length. */
-static int32_t sort_unique(int32_t *ids, int32_t n) {
-    if (n > 16) {
-        qsort(ids, (size_t)n, sizeof(int32_t), cmp_i32);
-    } else {
-        for (int32_t i = 1; i < n; i++) {
-            int32_t v = ids[i], j = i - 1;
-            while (j >= 0 && ids[j] > v) { ids[j + 1] = ids[j]; j--; }
-            ids[j + 1] = v;
-        }
-    }
-    int32_t m = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (m == 0 || ids[m - 1] != ids[i]) ids[m++] = ids[i];
-    return m;
-}
-
-static uint64_t hash_set(const uint64_t *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (int w = 0; w < UB_SEQ_WORDS; w++) { h ^= s[w]; h *= 1099511628211ull; h ^= h >> 29; }
-    return h;
-}
-
-/* Groups rows by their exact seq set (llama.cpp's seq_set_map). Single-id rows use a direct table,
- * multi-id rows an open-addressing hash of the 256-bit set. Fills tok_group, grp_off, grp_tok.
- * Work space: scratch int32[8 * n] = rep[n] | count[n+1] | hash table[<= 4n]. */
-static void build_groups(ub_norm *nb) {
-    int32_t n = nb->n_tokens;
-    int32_t single[UB_MAX_SEQ];
-    for (int s = 0; s < UB_MAX_SEQ; s++) single[s] = -1;
-    int32_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
-    int32_t *rep = nb->scratch;                  /* group -> a representative row */
-    int32_t *count = nb->scratch + n;            /* count[g + 1] = rows of group g */
-    int32_t *table = nb->scratch + 2 * (size_t)n + 1;   /* slot -> group, -1 empty; filled lazily */
-    int table_ready = 0;
-    int32_t ng = 0, last_s = -1, last_g = -1;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t g;
-        if (nb->seq_off[i + 1] - nb->seq_off[i] == 1) {
-            int32_t s = nb->seq_id[nb->seq_off[i]];
-            if (s == last_s) {          /* same single seq as the previous row */
-                nb->tok_group[i] = last_g;
-                continue;
-            }
-            if (single[s] < 0) { single[s] = ng; rep[ng++] = i; }
-            g = single[s];
-            last_s = s;
-            last_g = g;
-        } else {
-            if (!table_ready) {
-                for (int32_t k = 0; k < cap; k++) table[k] = -1;
-                table_ready = 1;
-            }
-            const uint64_t *set = nb->seq_set + (size_t)i * UB_SEQ_WORDS;
-            uint64_t slot = hash_set(set) & (uint64_t)(cap - 1);
-            for (;;) {
-                int32_t gg = table[slot];
-                if (gg < 0) { table[slot] = ng; rep[ng] = i; g = ng++; break; }
-                if (ub_set_equal(nb->seq_set + (size_t)rep[gg] * UB_SEQ_WORDS, set)) { g = gg; break; }
-                slot = (slot + 1) & (uint64_t)(cap - 1);
-            }
-        }
-        nb->tok_group[i] = g;
-    }
-    nb->n_groups = ng;
-    const int32_t *restrict tg = nb->tok_group;
-    int32_t *restrict goff = nb->grp_off, *restrict gtok = nb->grp_tok, *restrict cnt = count;
-    memset(cnt, 0, sizeof(int32_t) * ((size_t)ng + 1));
-    for (int32_t i = 0; i < n; i++) cnt[tg[i] + 1]++;
-    goff[0] = 0;
-    for (int32_t g = 0; g < ng; g++) goff[g + 1] = goff[g] + cnt[g + 1];
-    for (int32_t g = 0; g < ng; g++) cnt[g] = goff[g];
-    /* scatter rows; a run of rows of one group keeps its cursor in a register */
-    int32_t pg = -1, c = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t g = tg[i];
-        if (g != pg) {
-            if (pg >= 0) cnt[pg] = c;
-            c = cnt[g];
-            pg = g;
-        }
-        gtok[c++] = i;
-    }
-}
 
 /* Exact count of distinct section-0 positions of seq s (used only for seqs whose positions are not
  * non-decreasing in batch order). Returns -1 on OOM. */
@@ -191,7 +14,7 @@ static int64_t distinct_positions(const ub_norm *nb, int32_t s) {
     if (!buf) return -1;
     for (int32_t i = 0; i < n; i++)
         if (ub_set_has(nb->seq_set + (size_t)i * UB_SEQ_WORDS, s)) buf[m++] = nb->pos[i];
-    int64_t d = sort_unique(buf, m);
+    int64_t d = ub_sort_unique(buf, m);
     free(buf);
     return d;
 }
@@ -261,7 +84,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     nb = a->spare ? a->spare : calloc(1, sizeof(*nb));
     if (!nb) NOMEM();
     a->spare = nb;     /* until success, the buffers stay the spare set: a failure changes nothing visible */
-    if (!norm_reserve(nb, (size_t)n, (size_t)n_ids_in, (size_t)n_pos, has_embd ? (size_t)b->n_embd : 0)) NOMEM();
+    if (!ub_norm_reserve(nb, (size_t)n, (size_t)n_ids_in, (size_t)n_pos, has_embd ? (size_t)b->n_embd : 0)) NOMEM();
     nb->n_tokens = n;
     nb->n_pos = n_pos;
     nb->n_seq_max = n_seq_max;
@@ -297,7 +120,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 continue;
             }
             memcpy(dst_id + w, src_id + src_off[i], sizeof(int32_t) * (size_t)k);
-            k = sort_unique(dst_id + w, k);
+            k = ub_sort_unique(dst_id + w, k);
             for (int32_t j = 0; j < k; j++) {
                 int32_t s = dst_id[w + j];
                 if (s < 0 || s >= n_seq_max) FAIL("invalid seq_id[%d][%d] = %d >= %d", i, j, s, n_seq_max);
@@ -436,7 +259,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     }
 
     /* S3: rows grouped by seq set */
-    build_groups(nb);
+    ub_build_groups(nb);
 
     /* C1: positions against the memory; continuity */
     for (int32_t s = 0; s < n_seq_max; s++) {
@@ -485,20 +308,3 @@ done:
     return UB_OK;
 }
 
-int32_t ub_alloc_n_tokens(const ub_alloc *a) { return a && a->cur ? a->cur->n_tokens : 0; }
-int32_t ub_alloc_n_used(const ub_alloc *a) { return a && a->cur ? a->cur->n_used : 0; }
-int32_t ub_alloc_n_outputs(const ub_alloc *a) { return a && a->cur ? a->cur->n_outputs : 0; }
-int32_t ub_alloc_n_out_ids(const ub_alloc *a) { return a && a->cur ? a->cur->n_out_ids : 0; }
-int32_t ub_alloc_n_pos(const ub_alloc *a) { return a && a->cur ? a->cur->n_pos : (a ? a->n_pos_per_embd : 0); }
-int32_t ub_alloc_has_coupled(const ub_alloc *a) { return a && a->cur ? a->cur->has_cpl : 0; }
-const int32_t *ub_alloc_out_ids(const ub_alloc *a) { return a && a->cur ? a->cur->out_ids : NULL; }
-const int32_t *ub_alloc_pos(const ub_alloc *a) { return a && a->cur ? a->cur->pos : NULL; }
-const int8_t *ub_alloc_output(const ub_alloc *a) { return a && a->cur ? a->cur->output : NULL; }
-const int32_t *ub_alloc_seq_off(const ub_alloc *a) { return a && a->cur ? a->cur->seq_off : NULL; }
-const int32_t *ub_alloc_seq_id(const ub_alloc *a) { return a && a->cur ? a->cur->seq_id : NULL; }
-int32_t ub_alloc_seq_pos_min(const ub_alloc *a, int32_t s) {
-    return a && a->cur && s >= 0 && s < UB_MAX_SEQ ? a->cur->seq_pmin[s] : -1;
-}
-int32_t ub_alloc_seq_pos_max(const ub_alloc *a, int32_t s) {
-    return a && a->cur && s >= 0 && s < UB_MAX_SEQ ? a->cur->seq_pmax[s] : -1;
-}
