@@ -75,7 +75,7 @@ class Context:
     def __init__(self, model=None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_seq_max: int = 1, kv_unified: bool = False, embeddings: bool = False, pooling: str = "none",
                  type_k: str = "f32", type_v: str = "f32", n_threads: Optional[int] = None,
-                 causal_attn: bool = True) -> None:
+                 causal_attn: bool = True, flash_attn: int = -1) -> None:
         n_ctx = _int("n_ctx", n_ctx)
         n_batch = _int("n_batch", n_batch, 1)
         n_ubatch = _int("n_ubatch", n_ubatch)
@@ -122,6 +122,11 @@ class Context:
         self.type_k, self.type_v = type_k, type_v
         self.n_threads = n_threads
         self.causal_attn: bool = bool(causal_attn)
+        # llama.cpp's flash_attn (-1 auto, 0 off, 1 on) is accepted for parameter parity; the C attention kernel
+        # is always the exact online-softmax one (llama.cpp's FA differs from it by ~2e-3 in logits).
+        if flash_attn not in (-1, 0, 1, True, False):
+            raise ValueError(f"flash_attn must be -1 (auto), 0 or 1, got {flash_attn!r}")
+        self.flash_attn: int = int(flash_attn)
         self.model = model
 
         n_stream = 1 if kv_unified else n_seq_max
