@@ -255,8 +255,9 @@ def test_plain_c_path_matches_numpy():
     """UBATCH_ATTN_GENERIC=1 forces the portable loops (what a CPU without AVX2/FMA/F16C runs)."""
     here = os.path.dirname(os.path.abspath(__file__))
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(kernels.__file__)))  # the ubatch under test
-    env = dict(os.environ, UBATCH_ATTN_GENERIC="1")
-    res = subprocess.run([sys.executable, "-c", _GENERIC_SCRIPT.format(pkg=pkg, tests=here)], env=env,
+    env = dict(os.environ, UBATCH_ATTN_GENERIC="1",
+               PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    res = subprocess.run([sys.executable, "-c", _GENERIC_SCRIPT.format(pkg=pkg, tests=here)], env=env, cwd=here,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert float(res.stdout.strip()) < 2e-5

@@ -1,5 +1,6 @@
 """`ubatch plan`: the printed split, --png, and the CLI dispatcher."""
 import re
+import os
 import subprocess
 import sys
 
@@ -129,6 +130,8 @@ def test_plan_png_without_matplotlib(tmp_path, capsys, monkeypatch):
 
 def test_console_entry_point_runs():
     r = subprocess.run([sys.executable, "-m", "ubatch", "plan", "--seqs", "2,1", "--n-ubatch", "2"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p)),
+                       cwd=os.path.dirname(os.path.abspath(__file__)))   # not the repo root: its ubatch/ is unbuilt
     assert r.returncode == 0, r.stderr
     assert "out_ids: [2, 1]" in r.stdout    # ubatch 0 = rows 0, 2 (both at pos 0)

@@ -151,8 +151,9 @@ _OOM_SCRIPT = textwrap.dedent("""
 @pytest.mark.skipif(UNDER_ASAN, reason="ASan reserves terabytes of address space: RLIMIT_AS cannot be used")
 def test_real_oom_in_split_leaves_no_trace():
     code = _OOM_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))   # not the repo root: its ubatch/ is unbuilt
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip() == "ok", r.stdout + r.stderr[-2000:]
 
