@@ -20,14 +20,14 @@ Deliberate differences from llama.cpp (0c1e570):
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ubatch.allocator import BatchAllocator
 from ubatch.batch import Batch
 from ubatch.errors import BatchError, SplitError, UbatchError
-from ubatch.kv_cache import KV_CELL_BYTES, KVCache, _locked
+from ubatch.kv_cache import KV_CELL_BYTES, KVCache, _locked, plan_slots
 from ubatch.limits import check_bytes
 from ubatch.ubatch_view import UBatch
 
@@ -154,6 +154,8 @@ class Context:
         self._reorder = None    # pending permutation (= the selection-sort swaps); False: not derived yet
         self._embd_seq: Dict[int, np.ndarray] = {}
         self._last_ubatches: List[UBatch] = []
+        self._last_plan: tuple = ((), b"")             # KVCache._plan_raw() of the last decode
+        self._last_placements: Optional[List[Tuple[np.ndarray, np.ndarray]]] = []
 
     # ------------------------------------------------------------------ lifetime
     @_locked
@@ -181,6 +183,16 @@ class Context:
     def last_ubatches(self) -> List[UBatch]:
         """The ubatches of the last successful decode, in order."""
         return list(self._last_ubatches)
+
+    @property
+    @_locked
+    def last_placements(self) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """Where the ubatches of the last successful decode went, one (streams int32[ns], cells
+        int32[ns, per]) per ubatch (read-only): ubatch row k*per + r was written to cell cells[k, r] of
+        stream streams[k]; ns = 1 with one stream, else the ubatch's number of distinct sequences."""
+        if self._last_placements is None:
+            self._last_placements = plan_slots(self._last_plan)
+        return list(self._last_placements)
 
     @property
     @_locked
@@ -300,6 +312,8 @@ class Context:
                     self._runner.restore_kv(pending[1])
             raise
         kv._commit()
+        self._last_plan = kv._plan_raw()               # one copy of the slot arrays (no mask)
+        self._last_placements = None                    # unpacked on first use
         self._finish(alloc, ubs, results)
         return 0
 

@@ -41,6 +41,17 @@ def _locked(method):
     return wrapper
 
 
+def plan_slots(raw: Tuple[Tuple[Tuple[int, int], ...], bytes]) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """Unpacks KVCache._plan_raw(): one (streams int32[ns], cells int32[ns, per]) per slot, read-only."""
+    shapes, data = raw
+    flat = np.frombuffer(data, np.int32)      # read-only view of the bytes
+    out, off = [], 0
+    for ns, per in shapes:
+        out.append((flat[off:off + ns], flat[off + ns:off + ns + ns * per].reshape(ns, per)))
+        off += ns * (1 + per)
+    return out
+
+
 def _seq_sets(seq: np.ndarray) -> List[Tuple[int, ...]]:
     """uint64[n, 4] bit sets -> list of ascending id tuples."""
     if len(seq) == 0:
@@ -345,6 +356,26 @@ class KVCache:
         strm = np.frombuffer(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns), np.int32).copy()
         cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
         return strm, cells
+
+    def _plan_raw(self) -> Tuple[Tuple[Tuple[int, int], ...], bytes]:
+        """The whole plan as (((ns, per) per slot), bytes of its int32 data), a cheap copy to unpack later
+        with plan_slots(). The caller holds the lock (Context.decode does). The slots lie back to back in
+        C (strm then idxs, slot after slot); checked, else they are copied one by one."""
+        h = self._handle()
+        n = lib.ub_kv_plan_n(h)
+        if n == 0:
+            return (), b""
+        shapes = tuple((lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)) for i in range(n))
+        ns, per = shapes[-1]
+        base = lib.ub_kv_plan_strm(h, 0)
+        total = lib.ub_kv_plan_idxs(h, n - 1) + ns * per - base
+        if total == sum(a * (1 + b) for a, b in shapes):
+            return shapes, ffi.buffer(base, 4 * total)[:]
+        parts = []
+        for i, (ns, per) in enumerate(shapes):
+            parts.append(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns)[:])
+            parts.append(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per)[:])
+        return shapes, b"".join(parts)
 
     @_locked
     def _n_kv(self, i: int) -> int:

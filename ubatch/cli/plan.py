@@ -25,13 +25,22 @@ def add_parser(sub) -> None:
     p.add_argument("--layout", choices=["contiguous", "interleaved"], default="contiguous")
     p.add_argument("--shared-prefix", type=int, default=0, help="tokens shared by every sequence, first")
     p.add_argument("--n-ubatch", type=int, default=8)
-    p.add_argument("--strategy", choices=["simple", "equal", "seq"], default="equal")
+    p.add_argument("--strategy", choices=["simple", "equal", "seq"], default=None,
+                   help="split strategy (default equal); with --kv the cache chooses and a conflicting choice is an error")
     p.add_argument("--sequential", action="store_true", help="split_equal: consecutive seq ids only")
     p.add_argument("--keep-tail", type=int, default=0, help="split_equal: n_keep_tail")
     p.add_argument("--llama-exact", action="store_true", help="split_equal strict=False (llama.cpp's n_ubatch+1 overflow)")
     p.add_argument("--outputs", choices=["last", "all"], default="last")
     p.add_argument("--png", metavar="FILE", default=None,
                    help="also draw the split: batch rows coloured by sequence, grouped into ubatches (needs matplotlib)")
+    p.add_argument("--kv", action="store_true",
+                   help="plan through a planning-only Context (model=None) and show the KV cell of every row: the "
+                        "strategy is then the cache's (per-seq streams: split_equal sequential, llama.cpp-exact; "
+                        "--kv-unified: split_simple), as Context.decode does")
+    p.add_argument("--kv-unified", action="store_true", help="with --kv: one stream shared by all sequences")
+    p.add_argument("--n-ctx", type=int, default=None,
+                   help="with --kv: context size (padded to 256; per-seq streams get n_ctx / n_seqs each); "
+                        "default: 256 cells per stream")
     p.set_defaults(func=run)
 
 
@@ -61,6 +70,10 @@ def format_ubatch(k: int, ub: UBatch) -> str:
 
 
 def run(args) -> int:
+    if args.kv or args.kv_unified or args.n_ctx is not None:
+        from ubatch.cli.plan_kv import run_kv
+        return run_kv(args)
+    args.strategy = args.strategy or "equal"
     batch = layout_batch(args.seqs, args.layout, args.outputs, shared_prefix=args.shared_prefix)
     n_seq_max = max(1, len(args.seqs))
     alloc = BatchAllocator()
