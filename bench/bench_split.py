@@ -8,7 +8,10 @@ A thin entry point: the logic lives in ubatch/benchsuite/split_bench.py, so the 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a source checkout's ubatch/
+try:
+    import ubatch  # noqa: F401  (the installed package, or PYTHONPATH)
+except ImportError:   # a source checkout built in place (make build) but not installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ubatch.benchsuite.split_bench import main  # noqa: E402
 
