@@ -119,6 +119,16 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
                 dst_off[i + 1] = w;
                 continue;
             }
+            if (i > 0 && k == src_off[i] - src_off[i - 1] &&
+                !memcmp(src_id + src_off[i], src_id + src_off[i - 1], sizeof(int32_t) * (size_t)k)) {
+                /* the same ids as the previous row (a shared prompt): reuse its normalised, checked set */
+                int32_t k_prev = dst_off[i] - dst_off[i - 1];
+                memcpy(dst_id + w, dst_id + dst_off[i - 1], sizeof(int32_t) * (size_t)k_prev);
+                memcpy(sets + (size_t)i * UB_SEQ_WORDS, sets + (size_t)(i - 1) * UB_SEQ_WORDS, 8 * UB_SEQ_WORDS);
+                w += k_prev;
+                dst_off[i + 1] = w;
+                continue;
+            }
             memcpy(dst_id + w, src_id + src_off[i], sizeof(int32_t) * (size_t)k);
             k = ub_sort_unique(dst_id + w, k);
             for (int32_t j = 0; j < k; j++) {
@@ -198,12 +208,22 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
         int64_t r_distinct = 0;
 #define FLUSH_RUN() do { if (rs >= 0) { pmin[rs] = r_min; pmax[rs] = r_max; last[rs] = r_last; \
                                         distinct[rs] = r_distinct; rs = -1; } } while (0)
+        /* state of a run of multi-id rows with one and the same set (a shared prompt): every seq of the set
+         * sees the same positions, so the run is tracked once and applied to each seq at its end */
+        int32_t m_row = -1, m_min = 0, m_max = 0, m_last = 0, m_dec = 0;
+        int64_t m_inc = 0;
+#define FLUSH_MRUN() do { if (m_row >= 0) { \
+            for (int32_t q = off[m_row]; q < off[m_row + 1]; q++) { int32_t sq = ids[q]; \
+                pmin[sq] = m_min < pmin[sq] ? m_min : pmin[sq]; pmax[sq] = m_max > pmax[sq] ? m_max : pmax[sq]; \
+                last[sq] = m_last; distinct[sq] += m_inc; monotone[sq] = m_dec ? 0 : monotone[sq]; } \
+            m_row = -1; } } while (0)
         for (int32_t i = 0; i < n; i++) {
             n_out += outf[i];
             int32_t p = pos0[i];
             int32_t k0 = off[i], k1 = off[i + 1];
             if (k1 - k0 == 1) {
                 int32_t s = ids[k0];
+                if (m_row >= 0) FLUSH_MRUN();
                 if (s != rs) {
                     FLUSH_RUN();
                     if (distinct[s] == 0) {     /* first row of s: start its range */
@@ -228,6 +248,20 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
             }
             FLUSH_RUN();
             cpl_any = 1;
+            if (m_row >= 0 && ub_set_equal(nb->seq_set + (size_t)i * UB_SEQ_WORDS, nb->seq_set + (size_t)m_row * UB_SEQ_WORDS)) {
+                if (p < m_min) m_min = p;
+                if (p > m_max) m_max = p;
+                if (p < m_last) {
+                    m_dec = 1;
+                    if (first_decreasing_tok < 0) { first_decreasing_tok = i; first_decreasing_seq = ids[k0]; }
+                } else if (p != m_last) {
+                    m_inc++;
+                }
+                m_last = p;
+                continue;
+            }
+            FLUSH_MRUN();
+            m_row = i; m_min = m_max = m_last = p; m_inc = 0; m_dec = 0;   /* this row is processed below */
             for (int32_t k = k0; k < k1; k++) {
                 int32_t s = ids[k];
                 if (k > k0) ub_set_add(cpl[ids[k0]], s);
@@ -250,7 +284,9 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
             }
         }
         FLUSH_RUN();
+        FLUSH_MRUN();
 #undef FLUSH_RUN
+#undef FLUSH_MRUN
         for (int s = 0; s < UB_MAX_SEQ; s++)
             if (distinct[s]) { nb->seq_pmin[s] = pmin[s]; nb->seq_pmax[s] = pmax[s]; }
         memcpy(nb->present, present, sizeof(present));
