@@ -167,7 +167,7 @@ class BatchAllocator:
         return h
 
     def _wrap(self, ptr, status) -> Optional[UBatch]:
-        if ptr == ffi.NULL:
+        if not ptr:                                   # NULL: nothing left, or an error in status
             if status[0] != lib.UB_OK:
                 self._raise(status[0])
             return None
