@@ -161,6 +161,23 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
     return rows
 
 
+def combine_runs(sweeps: List[List[dict]]) -> List[dict]:
+    """One row per plan: µs = median of the sweeps' medians (the reference is timed in the first sweep only);
+    the ratios are recomputed from it and every sweep's median is kept in run_medians_us."""
+    rows = []
+    for parts in zip(*sweeps):
+        r = dict(parts[0])
+        meds = [p["c_us"] for p in parts]
+        r["run_medians_us"] = meds
+        r["c_us"] = round(statistics.median(meds), 2)
+        if r.get("llama_cpp_us"):
+            r["ratio_to_llama_cpp"] = round(r["c_us"] / r["llama_cpp_us"], 3)
+        if r.get("reference_us"):
+            r["speedup_vs_reference"] = round(r["reference_us"] / r["c_us"], 1)
+        rows.append(r)
+    return rows
+
+
 def _f(v, fmt: str) -> str:
     return format(v, fmt) if v is not None else "-"
 
@@ -182,6 +199,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ref-reps", type=int, default=5, help="repetitions for the slow pure-Python reference")
     ap.add_argument("--no-reference", action="store_true", help="skip the pure-Python reference allocator")
     ap.add_argument("--workload", action="append", default=None, metavar="ID", help="only this workload (W1..W6); repeatable")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="sweeps; µs = median of the sweeps' medians, as llama.cpp's timings (default 3)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows here")
 
 
@@ -192,7 +211,10 @@ def main_args(args, progress=None) -> int:
     if reference and reference_allocator_class() is None:
         print("note: the pure-Python reference allocator (ubatch.reference) is not in this build; timing C only")
         reference = False
-    rows = run(args.reps, args.warmup, args.ref_reps, reference, args.workload, progress)
+    runs = max(1, getattr(args, "runs", 1))
+    sweeps = [run(args.reps, args.warmup, args.ref_reps, reference and k == 0, args.workload, progress)
+              for k in range(runs)]
+    rows = combine_runs(sweeps)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
