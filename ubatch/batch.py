@@ -6,6 +6,8 @@ the batch (`ub_batch_in`) is built once and reused by every `BatchAllocator.init
 """
 from __future__ import annotations
 
+import itertools
+import warnings
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -323,6 +325,42 @@ class Batch:
         return cin
 
 
+_BOOLS = {bool, np.bool_}
+
+
+def _seq_arrays_fast(rows: list, n: int):
+    """Vectorised conversion of the common list forms: one int per row, or rows of ints (any lengths).
+    None when the input needs the row-by-row path (which also names any culprit)."""
+    if _BOOLS & set(map(type, rows)):                   # a bool is not a seq id: the slow path names it
+        return None
+    try:
+        lens = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    except TypeError:                                  # some row is not a sized iterable: ints, or mixed
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                arr = np.asarray(rows)
+        except (ValueError, TypeError, OverflowError, Warning):
+            return None
+        if arr.dtype.kind not in "iu" or arr.shape != (n,):
+            return None
+        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", arr, "[n]")
+    try:
+        flat_list = list(itertools.chain.from_iterable(rows))
+        if _BOOLS & set(map(type, flat_list)):
+            return None
+        flat = np.asarray(flat_list)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if flat.dtype.kind not in "iu" or flat.ndim != 1 or not (lens > 0).all():
+        return None
+    if flat.size and (flat.min() < _I32_MIN or flat.max() > _I32_MAX):
+        return None                                    # the slow path names the row and the value
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    return off.astype(np.int32), flat.astype(np.int32)
+
+
 def _seq_arrays(seq_ids, n: int):
     """(seq_off int32[n+1], seq_id int32[...]) from an int[n], int[n, k] or list-of-iterables input."""
     if isinstance(seq_ids, np.ndarray) and seq_ids.dtype != object:
@@ -339,12 +377,9 @@ def _seq_arrays(seq_ids, n: int):
         raise TypeError(f"seq_ids must be an array or a list of n iterables, got {type(seq_ids).__name__}")
     if len(rows) != n:
         raise BatchError(f"seq_ids has {len(rows)} rows, expected {n}")
-    if all(isinstance(r, (int, np.integer)) and not isinstance(r, (bool, np.bool_)) for r in rows):
-        try:
-            flat_ids = np.asarray(rows, dtype=np.int64)
-        except OverflowError:   # a Python int beyond int64: name it
-            flat_ids = np.asarray([_check_int(f"seq_ids[{i}]", r) for i, r in enumerate(rows)], dtype=np.int64)
-        return np.arange(n + 1, dtype=np.int32), _as_int32("seq_ids", flat_ids, "[n]")
+    fast = _seq_arrays_fast(rows, n)
+    if fast is not None:
+        return fast
     off = np.zeros(n + 1, np.int32)
     flat: list = []
     for i, r in enumerate(rows):
