@@ -206,3 +206,16 @@ def _short(v, lim: int = 300) -> str:
         v = [sorted(x) for x in v]
     s = repr(v)
     return s if len(s) <= lim else s[:lim] + "..."
+
+
+class ConstMemory:
+    """A memory whose seq_pos_min/max return the same (possibly invalid) values for every seq."""
+
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def seq_pos_min(self, s):
+        return self.lo
+
+    def seq_pos_max(self, s):
+        return self.hi

@@ -9,7 +9,7 @@ import pytest
 
 from ubatch import Batch, BatchError, SplitError, UbatchError
 
-from split_helpers import IMPLS, FastSeqPosMemory, SeqPosMemory, allocator_factory
+from split_helpers import IMPLS, ConstMemory, FastSeqPosMemory, SeqPosMemory, allocator_factory
 
 I32_MAX = 2**31 - 1
 
@@ -153,17 +153,6 @@ def test_mrope_rules(alloc_cls) -> None:
             Batch.from_arrays(embd=embd, pos=np.zeros((4, 2), int), n_pos_per_embd=4), n_seq_max=1)
 
 
-class _BadMemory:
-    def __init__(self, lo, hi):
-        self.lo, self.hi = lo, hi
-
-    def seq_pos_min(self, s):
-        return self.lo
-
-    def seq_pos_max(self, s):
-        return self.hi
-
-
 @pytest.mark.parametrize("lo, hi, exc, pattern", [
     (0, -2, ValueError, r"memory.seq_pos_max\(0\) = -2 is outside \[-1, 2147483647\]"),
     (-5, 3, ValueError, r"memory.seq_pos_min\(0\) = -5 is outside"),
@@ -173,7 +162,7 @@ class _BadMemory:
 def test_memory_bounds_are_checked(alloc_cls, lo, hi, exc, pattern) -> None:
     a = alloc_cls()
     a.init(_tok(2), n_seq_max=1)
-    _raises(exc, pattern, a.init, _tok(3, pos=[5, 6, 7]), n_seq_max=2, memory=_BadMemory(lo, hi))
+    _raises(exc, pattern, a.init, _tok(3, pos=[5, 6, 7]), n_seq_max=2, memory=ConstMemory(lo, hi))
     assert a.n_tokens == 2 and a.split_simple(8).n_tokens == 2
 
 

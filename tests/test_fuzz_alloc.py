@@ -8,6 +8,8 @@ from ubatch import Batch
 from ubatch.allocator import BatchAllocator
 from ubatch.errors import SplitError, UbatchError
 
+from split_helpers import ConstMemory
+
 from harden_util import (I32_MAX, I32_MIN, SPLITS, FakeMemory, build_batch, call, do_split, drain, hostile_args,
                          hostile_ints, snapshot, ub_summary, valid_spec)
 
@@ -258,22 +260,11 @@ def test_seq_pos_range_out_of_range(s):
         a.seq_pos_range("0")
 
 
-class _BadMemory:
-    def __init__(self, lo, hi):
-        self.lo, self.hi = lo, hi
-
-    def seq_pos_min(self, s):
-        return self.lo
-
-    def seq_pos_max(self, s):
-        return self.hi
-
-
 @pytest.mark.parametrize("lo,hi", [(2**40, 2**40), (-(2**40), 3), ("x", None), (1.5, 2.5), (I32_MAX, I32_MAX)])
 def test_memory_with_bad_bounds(lo, hi):
     a = BatchAllocator()
     a.init(Batch.from_arrays(tokens=[1, 2]), n_seq_max=1)
     before = snapshot(a)
     with pytest.raises((ValueError, TypeError), match="memory|overflows"):
-        a.init(Batch.from_arrays(tokens=[1, 2, 3]), n_seq_max=1, memory=_BadMemory(lo, hi))
+        a.init(Batch.from_arrays(tokens=[1, 2, 3]), n_seq_max=1, memory=ConstMemory(lo, hi))
     assert snapshot(a) == before
