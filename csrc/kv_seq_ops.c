@@ -18,6 +18,11 @@ static void norm_range(int32_t *p0, int32_t *p1) {
     if (*p1 < 0) *p1 = INT32_MAX;
 }
 
+/* True when cell i (of a stream whose pos/seq arrays are given) holds seq s at a position in [p0, p1). */
+static inline int cell_in_range(const int32_t *pos, const uint64_t *seq, int32_t i, int32_t s, int32_t p0, int32_t p1) {
+    return pos[i] >= p0 && pos[i] < p1 && ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, s);
+}
+
 static int reserve_streams(ub_kv *kv, int32_t n_streams) {
     return kv_journal_reserve(kv, (int64_t)n_streams * kv->size);
 }
@@ -131,7 +136,7 @@ int ub_kv_seq_add(ub_kv *kv, int32_t s, int32_t p0, int32_t p1, int32_t delta) {
     const uint64_t *seq = kv->seq + (int64_t)st * kv->size * UB_SEQ_WORDS;
     int32_t end = kv->used_max_p1[st];
     for (int32_t i = 0; i < end; i++) {   /* validate first: nothing changes on failure */
-        if (pos[i] < p0 || pos[i] >= p1 || !ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, s)) continue;
+        if (!cell_in_range(pos, seq, i, s, p0, p1)) continue;
         int64_t np = (int64_t)pos[i] + delta, ns = (int64_t)shift[i] + delta;
         if (np > INT32_MAX || ns > INT32_MAX || ns < INT32_MIN)
             return kv_fail(kv, UB_E_ARG, "seq_add: position %d of seq %d + delta %d overflows int32",
@@ -140,7 +145,7 @@ int ub_kv_seq_add(ub_kv *kv, int32_t s, int32_t p0, int32_t p1, int32_t delta) {
     if (reserve_streams(kv, 1)) return UB_E_NOMEM;
     int32_t new_head = -1;
     for (int32_t i = 0; i < end; i++) {
-        if (pos[i] < p0 || pos[i] >= p1 || !ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, s)) continue;
+        if (!cell_in_range(pos, seq, i, s, p0, p1)) continue;
         if (kv_cell_pos_add(kv, st, i, delta) && new_head < 0) new_head = i;
     }
     kv_set_head(kv, st, new_head >= 0 ? new_head : 0);
@@ -161,13 +166,13 @@ int ub_kv_seq_div(ub_kv *kv, int32_t s, int32_t p0, int32_t p1, int32_t d) {
     const uint64_t *seq = kv->seq + (int64_t)st * kv->size * UB_SEQ_WORDS;
     int32_t end = kv->used_max_p1[st];
     for (int32_t i = 0; i < end; i++) {
-        if (pos[i] < p0 || pos[i] >= p1 || !ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, s)) continue;
+        if (!cell_in_range(pos, seq, i, s, p0, p1)) continue;
         if ((int64_t)shift[i] + (pos[i] - pos[i] / d) > INT32_MAX)
             return kv_fail(kv, UB_E_ARG, "seq_div: pending shift of seq %d overflows int32", s);
     }
     if (reserve_streams(kv, 1)) return UB_E_NOMEM;
     for (int32_t i = 0; i < end; i++) {
-        if (pos[i] < p0 || pos[i] >= p1 || !ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, s)) continue;
+        if (!cell_in_range(pos, seq, i, s, p0, p1)) continue;
         kv_cell_pos_div(kv, st, i, d);
     }
     return UB_OK;
