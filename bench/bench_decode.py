@@ -96,7 +96,7 @@ def instrument(ctx, batcher) -> Timers:
 
 def run_once(model, wl, threads):
     import ubatch
-    from ubatch.serve import ContinuousBatcher, make_requests
+    from ubatch.engine.serve import ContinuousBatcher, make_requests
 
     name, n_req, par, pl, gl, n_ctx, n_batch, n_ubatch, unified = wl
     ctx = ubatch.Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=par, kv_unified=unified,

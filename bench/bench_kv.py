@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import ubatch
-from ubatch.context import Context
+from ubatch.engine.context import Context
 
 
 def _batch(seqs, n, start):

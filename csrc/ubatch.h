@@ -1,4 +1,4 @@
-/* ubatch: the C core. This header includes one header per module; the CFFI cdef is generated
+/* ubatch: the C core. This header includes one header per layer (common/, batch/, memory/, compute/); the CFFI cdef is generated
  * from the cdef:begin/cdef:end blocks of these headers, in include order (ubatch/_build_ffi.py). */
 #ifndef UBATCH_H
 #define UBATCH_H

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ubatch import Batch, BatchAllocator
-from ubatch.placement import Placement
-from ubatch.runner import ModelRunner
+from ubatch.memory.placement import Placement
+from ubatch.compute.runner import ModelRunner
 
 
 class NumpyCells:

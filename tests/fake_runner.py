@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from ubatch.placement import ComputeResult, Placement
+from ubatch.memory.placement import ComputeResult, Placement
 
 
 class FakeModel:
@@ -71,7 +71,7 @@ class FakeRunner:
 
 
 def install(monkeypatch):
-    mod = types.ModuleType("ubatch.runner")
+    mod = types.ModuleType("ubatch.compute.runner")
     mod.ModelRunner = FakeRunner
-    monkeypatch.setitem(sys.modules, "ubatch.runner", mod)
+    monkeypatch.setitem(sys.modules, "ubatch.compute.runner", mod)
     FakeRunner.instances.clear()

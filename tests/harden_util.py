@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ubatch import Batch
-from ubatch.allocator import BatchAllocator
-from ubatch.errors import UbatchError
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.common.errors import UbatchError
 
 # the only exceptions the public API may raise on bad input (MemoryError only for a real OOM)
 ALLOWED = (UbatchError, ValueError, TypeError, IndexError, MemoryError)

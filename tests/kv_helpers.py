@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import ubatch
-from ubatch.allocator import BatchAllocator
+from ubatch.batch.allocator import BatchAllocator
 
 
 def ubatches(kv, pos, seq_ids, n_ubatch=512, n_pos=1):

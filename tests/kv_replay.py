@@ -7,8 +7,8 @@ import json
 import os
 
 import ubatch
-from ubatch.context import Context
-from ubatch.errors import BatchError, KVCacheFullError, SplitError
+from ubatch.engine.context import Context
+from ubatch.common.errors import BatchError, KVCacheFullError, SplitError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "decode")
 

@@ -10,14 +10,14 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from ubatch.batch import Batch
-from ubatch.reference import ReferenceAllocator
+from ubatch.batch.container import Batch
+from ubatch.batch.reference import ReferenceAllocator
 
 DATA = Path(__file__).parent / "data"
 VECTOR_FILES = ["split_hand.jsonl.gz", "split_invalid.jsonl.gz", "split_random.jsonl.gz"]
 
 try:  # the native allocator (C core); the tests that need it skip with the reason when it is missing
-    from ubatch.allocator import BatchAllocator as _NativeAllocator
+    from ubatch.batch.allocator import BatchAllocator as _NativeAllocator
     NATIVE_ERROR = ""
 except Exception as e:  # pragma: no cover - only before the C core exists / when the build is missing
     _NativeAllocator = None

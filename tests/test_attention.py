@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from ubatch import kernels
+from ubatch.compute import kernels
 
 
 def reference(q, k, v, streams, mask, scale):
@@ -238,7 +238,7 @@ _GENERIC_SCRIPT = """
 import numpy as np, sys
 sys.path[:0] = [{pkg!r}, {tests!r}]
 from test_attention import CASES, make_case, reference
-from ubatch import kernels
+from ubatch.compute import kernels
 worst = 0.0
 for case in CASES:
     ns, per, hkv, ratio, hd, n_kv, kv_size, n_stream, dtype = case

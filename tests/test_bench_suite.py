@@ -7,12 +7,12 @@ import types
 
 import pytest
 
-from ubatch.allocator import BatchAllocator
-from ubatch.benchsuite import families, plots, split_bench, strategies, sweep
-from ubatch.benchsuite.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.bench import families, plots, split_bench, strategies, sweep
+from ubatch.bench.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
 from ubatch.cli import bench as bench_cli
 from ubatch.cli import main
-from ubatch.workload import layout_batch
+from ubatch.batch.workload import layout_batch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -197,7 +197,7 @@ def test_split_bench_expansion():
 
 def test_llama_data_matches_the_timed_workloads():
     """Each timed llama.cpp plan names a shipped workload, and its token count is that workload's."""
-    from ubatch.benchsuite.split_bench import expand
+    from ubatch.bench.split_bench import expand
     sizes = {w["id"]: len(expand(w, WORKLOADS["defaults"])["tokens"]) for w in WORKLOADS["workloads"]}
     assert LLAMA_CPP_TIMINGS["table"]
     for row in LLAMA_CPP_TIMINGS["table"]:
@@ -218,7 +218,7 @@ def test_bench_split_script_is_thin():
 # ---------------------------------------------------------------- kernel sub-commands
 def test_kernel_bench_not_available(monkeypatch, capsys):
     monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "kv",
-                        ("ubatch.benchsuite._no_such_module", "bench_no_such_file.py", "KV cache"))
+                        ("ubatch.bench._no_such_module", "bench_no_such_file.py", "KV cache"))
     assert main(["bench", "kv"]) == 2
     err = capsys.readouterr().err
     assert "ubatch bench kv: not available in this build" in err
@@ -238,7 +238,7 @@ def test_kernel_bench_from_source_checkout(monkeypatch, tmp_path, capsys):
     """A bench/bench_X.py next to the package is loaded when the package has no module for it."""
     (tmp_path / "bench_probe.py").write_text("def main(argv):\n    print('probe', argv)\n    return 0\n")
     monkeypatch.setattr(bench_cli, "source_bench_dir", lambda: str(tmp_path))
-    monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "decode", ("ubatch.benchsuite._no_such", "bench_probe.py", "decode"))
+    monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "decode", ("ubatch.bench._no_such", "bench_probe.py", "decode"))
     assert main(["bench", "decode", "--quick", "W1"]) == 0
     assert "probe ['--quick', 'W1']" in capsys.readouterr().out
 
@@ -248,7 +248,7 @@ def test_kernel_bench_without_argv_parameter(monkeypatch, tmp_path, capsys):
     (tmp_path / "bench_probe2.py").write_text(
         "import sys\ndef main():\n    print('argv', sys.argv[1:])\n")
     monkeypatch.setattr(bench_cli, "source_bench_dir", lambda: str(tmp_path))
-    monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "kv", ("ubatch.benchsuite._no_such", "bench_probe2.py", "kv"))
+    monkeypatch.setitem(bench_cli.KERNEL_BENCHES, "kv", ("ubatch.bench._no_such", "bench_probe2.py", "kv"))
     before = list(sys.argv)
     assert main(["bench", "kv", "--n", "3"]) == 0
     assert "argv ['--n', '3']" in capsys.readouterr().out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ubatch.cli import build_parser, main
-from ubatch.errors import BatchError
+from ubatch.common.errors import BatchError
 from ubatch.viz import plan_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,8 +88,8 @@ def test_plan_png_picture_content(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from ubatch.allocator import BatchAllocator
-    from ubatch.workload import layout_batch
+    from ubatch.batch.allocator import BatchAllocator
+    from ubatch.batch.workload import layout_batch
 
     b = layout_batch([3, 2], "interleaved")
     a = BatchAllocator()
@@ -183,7 +183,7 @@ def test_plan_kv_unified_cells_follow_rows(capsys):
 def test_plan_kv_matches_context_placements():
     """The CLI's numbers come from Context.last_placements; check that accessor against the cache itself."""
     from ubatch import Context
-    from ubatch.workload import layout_batch
+    from ubatch.batch.workload import layout_batch
 
     for unified in (False, True):
         ctx = Context(n_ctx=1024, n_batch=64, n_ubatch=4, n_seq_max=4, kv_unified=unified)

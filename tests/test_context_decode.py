@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import ubatch
-from ubatch.context import Context
-from ubatch.errors import BatchError, SplitError, UbatchError
+from ubatch.engine.context import Context
+from ubatch.common.errors import BatchError, SplitError, UbatchError
 from fake_runner import FakeModel, install
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import ubatch
-from ubatch import debug
-from ubatch.workload import layout_batch
+from ubatch.batch import debug
+from ubatch.batch.workload import layout_batch
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ubatch import Batch
-from ubatch.allocator import BatchAllocator
-from ubatch.errors import SplitError, UbatchError
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.common.errors import SplitError, UbatchError
 
 from split_helpers import ConstMemory
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ubatch import Batch, BatchError
-from ubatch.allocator import BatchAllocator
+from ubatch.batch.allocator import BatchAllocator
 
 from harden_util import I32_MAX, I32_MIN, SPLITS, call, drain, hostile_args
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ubatch import Batch, Context
-from ubatch.errors import UbatchError
+from ubatch.common.errors import UbatchError
 
 from harden_util import I32_MAX, I32_MIN, call, hostile_args, hostile_ints, ub_summary, valid_spec, build_batch
 

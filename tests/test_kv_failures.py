@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import ubatch
-from ubatch.context import Context
-from ubatch.errors import BatchError, KVCacheFullError, SplitError
-from ubatch.kv_cache import KVCache
+from ubatch.engine.context import Context
+from ubatch.common.errors import BatchError, KVCacheFullError, SplitError
+from ubatch.memory.kv_cache import KVCache
 from fake_runner import FakeModel, install
 from kv_helpers import place, ubatches
 

@@ -4,7 +4,7 @@ and each SWA type; plus n_kv."""
 import numpy as np
 import pytest
 
-from ubatch.kv_cache import KVCache
+from ubatch.memory.kv_cache import KVCache
 from kv_helpers import place, ubatches
 
 

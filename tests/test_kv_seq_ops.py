@@ -3,7 +3,7 @@ llama.cpp's rules (tests/kv_reference.py)."""
 import numpy as np
 import pytest
 
-from ubatch.kv_cache import KVCache
+from ubatch.memory.kv_cache import KVCache
 from kv_helpers import place
 from kv_reference import RefKV, c_state
 

@@ -1,8 +1,8 @@
 """find_slot with an SWA window: spec §7.6 worked example, and each SWA type's reuse rule."""
 import pytest
 
-from ubatch.kv_cache import KVCache
-from ubatch.errors import KVCacheFullError
+from ubatch.memory.kv_cache import KVCache
+from ubatch.common.errors import KVCacheFullError
 from kv_helpers import place, ubatches
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from ubatch import Batch, BatchError
 from ubatch._ffi import ffi, lib
-from ubatch.allocator import BatchAllocator
-from ubatch.batch import MAX_TOKENS, batch_bytes
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.batch.container import MAX_TOKENS, batch_bytes
 
 from harden_util import I32_MAX, I32_MIN, FakeMemory, drain, snapshot
 
@@ -23,9 +23,9 @@ UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 def sixteen_gib(monkeypatch):
     """The size checks compare with the machine's RAM: pretend it is 16 GiB so the tests do not depend
     on the machine."""
-    import ubatch.limits
+    import ubatch.common.limits
 
-    monkeypatch.setattr(ubatch.limits, "physical_memory", lambda: 16 * 2**30)
+    monkeypatch.setattr(ubatch.common.limits, "physical_memory", lambda: 16 * 2**30)
 
 
 @pytest.mark.parametrize("n,n_embd,n_pos,match", [
@@ -114,7 +114,7 @@ def test_n_seq_max_and_n_vocab_bounds():
 _OOM_SCRIPT = textwrap.dedent("""
     import resource, numpy as np
     from ubatch import Batch
-    from ubatch.allocator import BatchAllocator
+    from ubatch.batch.allocator import BatchAllocator
     import sys; sys.path.insert(0, {tests!r})
     from harden_util import snapshot
     n, n_embd = 64, 1 << 18                       # 64 MiB of embeddings; a ubatch copy needs as much again
@@ -161,7 +161,7 @@ def test_real_oom_in_split_leaves_no_trace():
 def test_swa_window_of_a_sequence_ending_at_int32_max():
     """find_slot computed a sequence's max position + 1 in int32 (UB at INT32_MAX; with Python's -fwrapv it
     wrapped to INT32_MIN, so cells outside the SWA window were never reused: KV cache full)."""
-    from ubatch.kv_cache import KVCache
+    from ubatch.memory.kv_cache import KVCache
 
     kv = KVCache(1, 12, swa_type="standard", n_swa=4)
     a = BatchAllocator()

@@ -6,7 +6,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf", reason="the gguf package is needed to read/write GGUF files")
 
-from ubatch.model import Model  # noqa: E402
+from ubatch.model.gguf_model import Model  # noqa: E402
 from ubatch.models import tiny_llama  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

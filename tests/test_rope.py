@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ubatch import kernels
+from ubatch.compute import kernels
 from ubatch._ffi import ffi, lib
 
 

@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 from decode_driver import NumpyCells
-from ubatch import Batch, BatchAllocator, kernels
+from ubatch import Batch, BatchAllocator
+from ubatch.compute import kernels
 from ubatch.models import tiny_llama
-from ubatch.placement import Placement
-from ubatch.runner import ModelRunner
+from ubatch.memory.placement import Placement
+from ubatch.compute.runner import ModelRunner
 
 MODEL = tiny_llama()
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import ubatch
-from ubatch.errors import BatchError
+from ubatch.common.errors import BatchError
 from ubatch.models import tiny_llama
-from ubatch.serve import (EVICTED, FINISHED, REJECTED, ContinuousBatcher, Request, Scheduler, make_requests,
+from ubatch.engine.serve import (EVICTED, FINISHED, REJECTED, ContinuousBatcher, Request, Scheduler, make_requests,
                           parse_range)
 
 

@@ -3,7 +3,7 @@ allocator must agree with the reference on ranges, continuity and decreasing pos
 import pytest
 
 import ubatch
-from ubatch.reference import ReferenceAllocator
+from ubatch.batch.reference import ReferenceAllocator
 
 CASES = {
     "prefix then own tokens": ([[0, 1]] * 3 + [[0], [1]], [0, 1, 2, 3, 3]),

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from ubatch.batch import Batch
-from ubatch.errors import UbatchError
-from ubatch.reference import ReferenceAllocator
+from ubatch.batch.container import Batch
+from ubatch.common.errors import UbatchError
+from ubatch.batch.reference import ReferenceAllocator
 
 from split_helpers import FastSeqPosMemory, SeqPosMemory, allocator_factory, ubatch_record
 

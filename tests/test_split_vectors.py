@@ -13,8 +13,8 @@ from typing import List, Optional
 
 import pytest
 
-from ubatch.errors import BatchError, SplitError
-from ubatch.reference import ReferenceAllocator
+from ubatch.common.errors import BatchError, SplitError
+from ubatch.batch.reference import ReferenceAllocator
 
 from split_helpers import (DATA, IMPLS, VECTOR_FILES, allocator_factory, build_batch, case_memory,
                            diff_ubatches, expected_record, init_error_text, log_messages, split_all, split_call,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ubatch import Batch
-from ubatch.allocator import BatchAllocator
-from ubatch.errors import UbatchError
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.common.errors import UbatchError
 
 from harden_util import ALLOWED, SPLITS, do_split, drain, ub_summary
 

@@ -1,13 +1,13 @@
 """ubatch: llama.cpp's batch planner — batch validation, split strategies, KV-cache placement and the
 decode loop — with the hot paths in C (CFFI)."""
-from ubatch.errors import BatchError, KVCacheFullError, SplitError, UbatchError
-from ubatch.batch import Batch
-from ubatch.allocator import BatchAllocator
-from ubatch.ubatch_view import UBatch
-from ubatch.kv_cache import KVCache
-from ubatch.context import Context
-from ubatch.placement import ComputeResult, Placement
-from ubatch.model import Model
+from ubatch.common.errors import BatchError, KVCacheFullError, SplitError, UbatchError
+from ubatch.batch.container import Batch
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.batch.ubatch_view import UBatch
+from ubatch.memory.kv_cache import KVCache
+from ubatch.engine.context import Context
+from ubatch.memory.placement import ComputeResult, Placement
+from ubatch.model.gguf_model import Model
 from ubatch import models
 
 __all__ = ["Batch", "BatchAllocator", "BatchError", "ComputeResult", "Context", "KVCacheFullError", "KVCache",

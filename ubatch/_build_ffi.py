@@ -1,8 +1,10 @@
-"""CFFI build script (out-of-line API mode): compiles csrc/*.c into ubatch._native.
+"""CFFI build script (out-of-line API mode): compiles every csrc/**/*.c into ubatch._native.
 
-The cdef is generated from the C headers themselves: starting at csrc/ubatch.h, every
-`#include "x.h"` is followed in order and the text between `/* cdef:begin */` and
-`/* cdef:end */` is taken. One source of truth: the headers.
+Sources are found recursively (csrc/common, csrc/batch, csrc/memory, csrc/compute, ...), so a new file
+cannot be left out; every folder of csrc/ is an include directory, so a header is named by its file
+name alone. The cdef is generated from the C headers themselves: starting at csrc/ubatch.h, every
+`#include "x.h"` is followed in order and the text between `/* cdef:begin */` and `/* cdef:end */`
+is taken. One source of truth: the headers.
 """
 import glob
 import os
@@ -16,6 +18,26 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 _BLOCK = re.compile(r"/\* cdef:begin \*/(.*?)/\* cdef:end \*/", re.S)
 
 
+def _include_dirs() -> list:
+    dirs = [CSRC]
+    for root, subdirs, _files in os.walk(CSRC):
+        subdirs.sort()
+        dirs.extend(os.path.join(root, d) for d in subdirs)
+    return dirs
+
+
+def _find_header(name: str) -> str:
+    hits = [os.path.join(d, name) for d in _include_dirs() if os.path.isfile(os.path.join(d, name))]
+    if len(hits) != 1:
+        raise RuntimeError(f"header {name!r}: {'not found' if not hits else 'found twice: ' + ', '.join(hits)}")
+    return hits[0]
+
+
+def _sources() -> list:
+    found = glob.glob(os.path.join(CSRC, "**", "*.c"), recursive=True)
+    return sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in found)
+
+
 def cdef_from_headers(root: str = "ubatch.h") -> str:
     seen, parts = set(), []
 
@@ -23,7 +45,7 @@ def cdef_from_headers(root: str = "ubatch.h") -> str:
         if name in seen:
             return
         seen.add(name)
-        with open(os.path.join(CSRC, name)) as f:
+        with open(_find_header(name)) as f:
             text = f.read()
         for line in text.splitlines():
             m = _INCLUDE.match(line)
@@ -46,8 +68,8 @@ ffibuilder.cdef(cdef_from_headers())
 ffibuilder.set_source(
     "ubatch._native",
     '#include "ubatch.h"',
-    sources=sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in glob.glob(os.path.join(CSRC, "*.c"))),
-    include_dirs=[CSRC],
+    sources=_sources(),
+    include_dirs=_include_dirs(),
     extra_compile_args=_extra_compile_args(),
     extra_link_args=["-pthread", "-lm"] + os.environ.get("UBATCH_LDFLAGS", "").split(),
 )

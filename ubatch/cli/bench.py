@@ -19,9 +19,9 @@ FULL_N_UBATCH = [16, 32, 64, 128, 256, 512]
 
 # sub-command -> (package module, file of a source checkout, what it measures)
 KERNEL_BENCHES = {
-    "kv": ("ubatch.benchsuite.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
-    "attention": ("ubatch.benchsuite.attention", "bench_attention.py", "the C attention kernel"),
-    "decode": ("ubatch.benchsuite.decode", "bench_decode.py", "the decode loop on the embedded model"),
+    "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
+    "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
+    "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
 }
 
 
@@ -67,7 +67,7 @@ def add_parser(sub) -> None:
     bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
-    from ubatch.benchsuite import split_bench
+    from ubatch.bench import split_bench
     split_bench.add_arguments(sp)
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
     sp.set_defaults(func=run_split)
@@ -78,7 +78,7 @@ def add_parser(sub) -> None:
 
 
 def run_split(args) -> int:
-    from ubatch.benchsuite import split_bench
+    from ubatch.bench import split_bench
     return split_bench.main_args(args, progress_bar(not args.no_progress, "split W1-W6"))
 
 
@@ -143,8 +143,8 @@ def _call_main(main, prog: str, argv: List[str]):
 
 
 def run_suite(args) -> int:
-    from ubatch.benchsuite import families as fam
-    from ubatch.benchsuite import plots, report, strategies as strat, sweep
+    from ubatch.bench import families as fam
+    from ubatch.bench import plots, report, strategies as strat, sweep
 
     if args.list:
         for name, fn in fam.FAMILIES.items():

@@ -5,9 +5,9 @@ import argparse
 import sys
 from typing import List
 
-from ubatch.allocator import BatchAllocator
-from ubatch.ubatch_view import UBatch
-from ubatch.workload import layout_batch
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.batch.ubatch_view import UBatch
+from ubatch.batch.workload import layout_batch
 
 
 def parse_lengths(text: str) -> List[int]:

@@ -11,10 +11,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch.context import Context
-from ubatch.errors import UbatchError
-from ubatch.ubatch_view import UBatch
-from ubatch.workload import layout_batch
+from ubatch.engine.context import Context
+from ubatch.common.errors import UbatchError
+from ubatch.batch.ubatch_view import UBatch
+from ubatch.batch.workload import layout_batch
 
 CELLS_PER_STREAM = 256
 

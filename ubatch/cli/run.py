@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Optional, Tuple
 
-from ubatch.serve import ContinuousBatcher, make_requests, parse_range
+from ubatch.engine.serve import ContinuousBatcher, make_requests, parse_range
 
 
 def _range(name: str):
@@ -52,7 +52,7 @@ def _load_model(path: Optional[str]):
     if path is None:
         from ubatch.models import TINY_LLAMA_PATH, tiny_llama
         return tiny_llama(), os.path.basename(TINY_LLAMA_PATH)
-    from ubatch.model import Model
+    from ubatch.model.gguf_model import Model
     if not os.path.isfile(path):
         raise ValueError(f"--model: no such file: {path}")
     return Model.from_gguf(path), os.path.basename(path)
@@ -106,7 +106,7 @@ def _progress(total: int, disable: bool):
 
 
 def run(args) -> int:
-    from ubatch.context import Context
+    from ubatch.engine.context import Context
 
     for name in ("requests", "parallel", "n_batch", "n_ubatch"):
         lo = 0 if name == "requests" else 1

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ubatch.model import Model
+from ubatch.model.gguf_model import Model
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TINY_LLAMA_PATH = os.path.join(_HERE, "tiny-llama-f32.gguf")

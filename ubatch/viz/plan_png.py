@@ -9,7 +9,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch.ubatch_view import UBatch
+from ubatch.batch.ubatch_view import UBatch
 
 PLOT_HINT = "matplotlib is not installed: cannot draw --png (install it with: pip install 'ubatch[plot]')"
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ubatch.serve import RunStats
+from ubatch.engine.serve import RunStats
 
 PLOT_HINT = "matplotlib is not installed: cannot draw --png (install it with: pip install 'ubatch[plot]')"
 

@@ -15,9 +15,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ubatch.allocator import BatchAllocator
-from ubatch.batch import Batch
-from ubatch.benchsuite.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.batch.container import Batch
+from ubatch.bench.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
 
 
 class ArrayMemory:
@@ -120,7 +120,7 @@ def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: i
 def reference_allocator_class():
     """ubatch.reference.ReferenceAllocator when this build has it, else None."""
     try:
-        from ubatch.reference import ReferenceAllocator
+        from ubatch.batch.reference import ReferenceAllocator
     except ImportError:
         return None
     return ReferenceAllocator

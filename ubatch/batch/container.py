@@ -13,8 +13,8 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 
 from ubatch._ffi import ffi
-from ubatch.errors import BatchError
-from ubatch.limits import check_bytes, fmt_bytes
+from ubatch.common.errors import BatchError
+from ubatch.common.limits import check_bytes, fmt_bytes
 
 KIND_TOKEN = 1
 KIND_EMBD = 2

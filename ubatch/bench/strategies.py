@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
-from ubatch.allocator import BatchAllocator
-from ubatch.ubatch_view import UBatch
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.batch.ubatch_view import UBatch
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ import time
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Optional
 
-from ubatch.allocator import BatchAllocator
-from ubatch.benchsuite.families import Workload
-from ubatch.benchsuite.strategies import Strategy
-from ubatch.errors import UbatchError
+from ubatch.batch.allocator import BatchAllocator
+from ubatch.bench.families import Workload
+from ubatch.bench.strategies import Strategy
+from ubatch.common.errors import UbatchError
 
 # what every row field means (copied into the JSON output and printed under the table)
 DEFINITIONS: Dict[str, str] = {

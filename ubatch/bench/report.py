@@ -6,9 +6,9 @@ import os
 import platform
 from typing import Dict, List
 
-from ubatch.benchsuite.families import Workload
-from ubatch.benchsuite.strategies import Strategy
-from ubatch.benchsuite.sweep import DEFINITIONS
+from ubatch.bench.families import Workload
+from ubatch.bench.strategies import Strategy
+from ubatch.bench.sweep import DEFINITIONS
 
 _COLS = [("strategy", "strategy", 15, "s"), ("n_ubatch", "n_ubatch", 8, "d"), ("plan_us", "plan µs", 9, ".1f"),
          ("n_ubatches", "ubatches", 8, "d"), ("extra_ubatches", "extra", 5, "d"), ("mean_fill", "fill", 6, ".3f"),

@@ -7,8 +7,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from ubatch.batch import Batch
-from ubatch.workload import layout_batch
+from ubatch.batch.container import Batch
+from ubatch.batch.workload import layout_batch
 
 N_VOCAB = 32000
 

@@ -1,0 +1,154 @@
+"""Validated Python entry points of the C compute kernels (csrc/rope.c, csrc/attention.c).
+
+Every function checks shapes, dtypes and contiguity and raises ValueError naming the culprit before the C
+code runs; the C code then only touches the buffers described here. CFFI releases the GIL during the calls.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ubatch._ffi import ffi, lib
+
+ROPE_NORM = 0
+ROPE_NEOX = 2
+ROPE_MROPE = 8
+_ROPE_MODES = {ROPE_NORM: "NORM", ROPE_NEOX: "NEOX", ROPE_MROPE: "MROPE"}
+_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+
+
+def _check_c(arr: np.ndarray, name: str, dtype, ndim: int) -> None:
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{name} must be a numpy array, got {type(arr).__name__}")
+    if arr.dtype != np.dtype(dtype):
+        raise ValueError(f"{name} must have dtype {np.dtype(dtype).name}, got {arr.dtype.name}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+
+
+def _ptr(arr: np.ndarray, ctype: str):
+    return ffi.cast(ctype, arr.ctypes.data)
+
+
+def _status(rc: int, what: str) -> None:
+    if rc == lib.UB_E_NOMEM:
+        raise MemoryError(f"{what}: out of memory")
+    if rc != lib.UB_OK:
+        raise ValueError(f"{what}: invalid arguments (status {rc})")
+
+
+def _rope_mode(mode: int) -> None:
+    if mode not in _ROPE_MODES:
+        raise ValueError(f"rope mode {mode} is not supported (NORM=0, NEOX=2, MROPE=8)")
+
+
+def rope(x: np.ndarray, pos: np.ndarray, *, n_rot: int, base: float, mode: int = ROPE_NORM,
+         freq_scale: float = 1.0, sections: Optional[Sequence[int]] = None) -> None:
+    """Rotate x: float32[n_rows, n_head, head_dim] in place; pos: int32[n_pos, n_rows] (section-major)."""
+    _check_c(x, "x", np.float32, 3)
+    _check_c(pos, "pos", np.int32, 2)
+    _rope_mode(mode)
+    n_rows, n_head, head_dim = x.shape
+    if pos.shape[1] != n_rows:
+        raise ValueError(f"pos has {pos.shape[1]} rows, x has {n_rows}")
+    if not (0 < n_rot <= head_dim) or n_rot % 2:
+        raise ValueError(f"n_rot={n_rot} must be even and in (0, head_dim={head_dim}]")
+    if not base > 0:
+        raise ValueError(f"rope base must be > 0, got {base}")
+    sec = ffi.NULL
+    if mode == ROPE_MROPE:
+        if pos.shape[0] != 4:
+            raise ValueError(f"M-RoPE needs 4 position sections, pos has {pos.shape[0]}")
+        if sections is None or len(sections) != 4 or min(sections) < 0:
+            raise ValueError(f"M-RoPE needs 4 non-negative sections, got {sections}")
+        sec = ffi.new("int32_t[4]", [int(s) for s in sections])
+    rc = lib.ub_rope(_ptr(x, "float *"), n_rows, n_head, head_dim, n_rot, _ptr(pos, "int32_t *"),
+                     pos.shape[0], mode, float(base), float(freq_scale), sec)
+    _status(rc, "rope")
+
+
+def rope_shift(k: np.ndarray, delta: np.ndarray, *, n_rot: int, base: float, mode: int = ROPE_NORM,
+               freq_scale: float = 1.0) -> None:
+    """K-shift: k: float32/float16[..., n_cells, n_head_kv, head_dim] in place, each cell rotated by
+    delta: int32[..., n_cells] (same leading shape); cells with delta 0 are untouched."""
+    if not isinstance(k, np.ndarray) or k.dtype not in _DTYPES:
+        raise ValueError(f"k must be a float32 or float16 numpy array, got {getattr(k, 'dtype', type(k))}")
+    if k.ndim < 3 or not k.flags.c_contiguous:
+        raise ValueError(f"k must be C-contiguous with shape [..., cells, n_head_kv, head_dim], got {k.shape}")
+    _check_c(delta, "delta", np.int32, delta.ndim if isinstance(delta, np.ndarray) else 1)
+    if delta.shape != k.shape[:-2]:
+        raise ValueError(f"delta shape {delta.shape} does not match k cells {k.shape[:-2]}")
+    _rope_mode(mode)
+    n_head_kv, head_dim = k.shape[-2:]
+    if not (0 < n_rot <= head_dim) or n_rot % 2:
+        raise ValueError(f"n_rot={n_rot} must be even and in (0, head_dim={head_dim}]")
+    rc = lib.ub_rope_shift(_ptr(k, "void *"), _DTYPES[k.dtype], int(delta.size), n_head_kv, head_dim, n_rot,
+                           _ptr(delta, "int32_t *"), mode, float(base), float(freq_scale))
+    _status(rc, "rope_shift")
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, streams: np.ndarray, mask: np.ndarray,
+              *, scale: Optional[float] = None, n_threads: Optional[int] = None,
+              out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Attention of stream groups over a KV cache (online softmax in C).
+
+    q: float32[ns, per, n_head, head_dim]; k, v: float32|float16[n_stream, kv_size, n_head_kv, head_dim];
+    streams: int32[ns] (stream of each group); mask: float32[ns, per, n_kv] (0 or -inf; column j = cell j).
+    Returns float32[ns, per, n_head, head_dim]; a row whose mask is all -inf gets zeros."""
+    _check_c(q, "q", np.float32, 4)
+    for name, a in (("k", k), ("v", v)):
+        if not isinstance(a, np.ndarray) or a.dtype not in _DTYPES:
+            raise ValueError(f"{name} must be a float32 or float16 numpy array")
+        _check_c(a, name, a.dtype, 4)
+    _check_c(streams, "streams", np.int32, 1)
+    _check_c(mask, "mask", np.float32, 3)
+    ns, per, n_head, head_dim = q.shape
+    n_stream, kv_size, n_head_kv, hd_k = k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"v shape {v.shape} differs from k shape {k.shape}")
+    if hd_k != head_dim:
+        raise ValueError(f"head_dim of q ({head_dim}) and k ({hd_k}) differ")
+    if n_head % n_head_kv:
+        raise ValueError(f"n_head={n_head} is not a multiple of n_head_kv={n_head_kv}")
+    if streams.shape[0] != ns:
+        raise ValueError(f"streams has {streams.shape[0]} entries, q has {ns} groups")
+    if ns and (streams.min() < 0 or streams.max() >= n_stream):
+        raise ValueError(f"streams {streams.tolist()} out of range [0, {n_stream})")
+    if mask.shape[:2] != (ns, per):
+        raise ValueError(f"mask shape {mask.shape} does not start with (ns, per) = {(ns, per)}")
+    n_kv = mask.shape[2]
+    if n_kv > kv_size:
+        raise ValueError(f"mask covers n_kv={n_kv} cells, the cache has {kv_size}")
+    if np.isnan(mask).any() or np.isposinf(mask).any():
+        raise ValueError("mask contains NaN or +inf")
+    if out is None:
+        out = np.empty_like(q)
+    else:
+        _check_c(out, "out", np.float32, 4)
+        if out.shape != q.shape:
+            raise ValueError(f"out shape {out.shape} differs from q shape {q.shape}")
+    if scale is None:
+        scale = 1.0 / float(np.sqrt(head_dim))
+    nt = default_threads() if n_threads is None else int(n_threads)
+    if nt < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    rc = lib.ub_attention(_ptr(q, "float *"), _ptr(k, "void *"), _DTYPES[k.dtype], _ptr(v, "void *"),
+                          _DTYPES[v.dtype], _ptr(streams, "int32_t *"), _ptr(mask, "float *"),
+                          _ptr(out, "float *"), ns, per, n_head, n_head_kv, head_dim, n_stream, kv_size, n_kv,
+                          float(scale), nt)
+    _status(rc, "attention")
+    return out
+
+
+def attention_shutdown() -> None:
+    """Join the attention kernel's persistent worker threads now (they are also joined at process exit).
+    Any later attention() call with n_threads > 1 starts them again."""
+    lib.ub_attention_shutdown()
