@@ -71,7 +71,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     if (s0 == s1) {
         if (src == dst) return UB_OK;
         norm_range(&p0, &p1);
-        if (reserve_streams(kv, 1)) return UB_E_NOMEM;
+        if (reserve_streams(kv, 1) || kv_pairs_reserve(kv, kv->used[s0])) return UB_E_NOMEM;
         const int32_t *pos = kv->pos + (int64_t)s0 * kv->size;
         const uint64_t *seq = kv->seq + (int64_t)s0 * kv->size * UB_SEQ_WORDS;
         for (int32_t i = 0, end = kv->used_max_p1[s0]; i < end; i++) {
@@ -92,7 +92,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
         kv->copies = p;
         kv->cap_copies = cap;
     }
-    if (reserve_streams(kv, 1)) return UB_E_NOMEM;
+    if (reserve_streams(kv, 1) || kv_pairs_reserve(kv, kv->used[s0])) return UB_E_NOMEM;
     kv->copies[2 * kv->n_copies] = s0;
     kv->copies[2 * kv->n_copies + 1] = s1;
     kv->n_copies++;

@@ -19,6 +19,9 @@ typedef struct ub_kv_snap ub_kv_snap;
  * Returns NULL on a bad argument or OOM. */
 ub_kv *ub_kv_new(int32_t n_stream, int32_t size, int32_t swa_type, int32_t n_swa);
 void ub_kv_free(ub_kv *kv);
+/* Bytes of metadata per cell (the arrays ub_kv_new allocates per cell, plus one position-map node):
+ * what Python's size checks use (ubatch.common.limits.KV_CELL_BYTES). */
+int32_t ub_kv_cell_bytes(void);
 const char *ub_kv_error(const ub_kv *kv);         /* message of the last failure ("" if none) */
 
 int32_t ub_kv_n_stream(const ub_kv *kv);

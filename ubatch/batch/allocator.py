@@ -10,16 +10,15 @@ from ubatch.batch import debug as _debug
 from ubatch._ffi import ffi, lib
 from ubatch.batch.container import Batch
 from ubatch.common.errors import BatchError, SplitError, UbatchError
+from ubatch.common.limits import LLAMA_MAX_SEQ
+from ubatch.common.validate import I32_MAX as _I32_MAX, check_int
 from ubatch.batch.ubatch_view import UBatch, c_array
 
-_I32_MAX = 2**31 - 1
 _STATUS_ERRORS = {lib.UB_E_BATCH: BatchError, lib.UB_E_SPLIT: SplitError, lib.UB_E_ARG: ValueError}
 
 
 def _int_arg(name: str, v) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    return int(v)
+    return check_int(name, v, None, None)      # type check only; ranges are checked by the caller
 
 
 def seq_pos_bounds(memory, n_seq_max: int):
@@ -120,22 +119,22 @@ class BatchAllocator:
         if type(n_seq_max) is not int:
             n_seq_max = _int_arg("n_seq_max", n_seq_max)
         if n_vocab is None:
-            n_vocab = 0                       # C: no token range check
+            n_vocab = -1                      # C: no token range check
         else:
             if type(n_vocab) is not int:
                 n_vocab = _int_arg("n_vocab", n_vocab)
-            if n_vocab < 1 or n_vocab > _I32_MAX:
-                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
+            if n_vocab < 0 or n_vocab > _I32_MAX:   # 0 is llama.cpp's empty vocabulary: every token invalid
+                raise ValueError(f"n_vocab must be in [0, {_I32_MAX}] (or None: no check), got {n_vocab}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0: the batch is empty")
         mn = mx = ffi.NULL
         keep = None
-        if memory is not None and 1 <= n_seq_max <= 256:
+        if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
             lo, hi = seq_pos_bounds(memory, n_seq_max)
             keep = (lo, hi)
             mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
         if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
-            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, 256]")
+            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         n_seq_c = n_seq_max
         with self._lock:
             h = self._handle()
@@ -262,7 +261,7 @@ class BatchAllocator:
         s = _int_arg("seq id s", s)
         with self._lock:
             h = self._handle()
-            if not 0 <= s < 256:
+            if not 0 <= s < LLAMA_MAX_SEQ:
                 return -1, -1
             return lib.ub_alloc_seq_pos_min(h, s), lib.ub_alloc_seq_pos_max(h, s)
 

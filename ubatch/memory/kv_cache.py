@@ -14,21 +14,11 @@ import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.common.errors import KVCacheFullError, UbatchError
-from ubatch.common.limits import check_bytes
+from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
+from ubatch.common.validate import I32_MAX as _I32_MAX, check_int as _int
 from ubatch.memory.placement import Placement
 
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 SWA_TYPES = {"none": 0, "standard": 1, "chunked": 2, "symmetric": 3}
-KV_CELL_BYTES = 52      # per cell in C (ub_kv_new): pos, shift, ext[2] int32, seq 4 x uint64, epoch uint32
-
-
-def _int(name: str, v, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    v = int(v)
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} = {v} is outside [{lo}, {hi}]")
-    return v
 
 
 def _locked(method):
@@ -85,7 +75,7 @@ class KVCache:
     def __init__(self, n_stream: int, size: int, *, swa_type: str = "none", n_swa: int = 0) -> None:
         self._lock = threading.RLock()
         self._h = None
-        n_stream = _int("n_stream", n_stream, 1, 256)
+        n_stream = _int("n_stream", n_stream, 1, LLAMA_MAX_SEQ)
         size = _int("size", size, 1)
         if swa_type not in SWA_TYPES:
             raise ValueError(f"swa_type must be one of {sorted(SWA_TYPES)}, got {swa_type!r}")
@@ -173,7 +163,7 @@ class KVCache:
     @_locked
     def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
         """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
-        n = _int("n", n, 0, 256)
+        n = _int("n", n, 0, LLAMA_MAX_SEQ)
         mn = np.empty(n, np.int32)
         mx = np.empty(n, np.int32)
         if n:
