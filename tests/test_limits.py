@@ -168,14 +168,11 @@ def test_swa_window_of_a_sequence_ending_at_int32_max():
 
     def decode(b):
         a.init(b, n_seq_max=2, memory=kv)
-        ubs = []
-        while (u := a.split_simple(16)) is not None:
-            ubs.append(u)
-        kv._prepare(ubs)
-        kv._begin()
-        for i, u in enumerate(ubs):
-            kv._apply(i, u)
-        kv._commit()
+        plan = kv.init_batch(a, 16)
+        kv.begin(plan)
+        for i in range(len(plan)):
+            kv.apply(plan, i)
+        kv.commit(plan)
 
     decode(Batch.from_arrays(tokens=[1] * 11, pos=list(range(I32_MAX - 10, I32_MAX + 1))))
     decode(Batch.from_arrays(tokens=[2, 3], pos=[0, 1], seq_ids=[1, 1]))   # 1 free cell + 1 reused

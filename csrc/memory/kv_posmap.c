@@ -125,3 +125,21 @@ void kv_pm_remove(kv_pool *p, kv_seqstat *t, int32_t pos) {
     if (pos == t->min) { int32_t i = t->root; while (N[i].l >= 0) i = N[i].l; t->min = N[i].key; }
     if (pos == t->max) { int32_t i = t->root; while (N[i].r >= 0) i = N[i].r; t->max = N[i].key; }
 }
+
+int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    int32_t best = -1;
+    for (int32_t i = t->root; i >= 0;) {
+        if (p->nodes[i].key >= pos) { best = p->nodes[i].key; i = p->nodes[i].l; }
+        else i = p->nodes[i].r;
+    }
+    return best;
+}
+
+int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    int32_t best = -1;
+    for (int32_t i = t->root; i >= 0;) {
+        if (p->nodes[i].key < pos) { best = p->nodes[i].key; i = p->nodes[i].r; }
+        else i = p->nodes[i].l;
+    }
+    return best;
+}

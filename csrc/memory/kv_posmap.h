@@ -39,4 +39,8 @@ void kv_pm_add(kv_pool *p, kv_seqstat *t, int32_t pos);
 /* Removes one entry at position pos from t (which must hold it). */
 void kv_pm_remove(kv_pool *p, kv_seqstat *t, int32_t pos);
 
+/* Smallest key >= pos, largest key < pos of t's map (-1 when none). */
+int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos);
+int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos);
+
 #endif

@@ -21,16 +21,33 @@ def _int_arg(name: str, v) -> int:
     return check_int(name, v, None, None)      # type check only; ranges are checked by the caller
 
 
-def seq_pos_bounds(memory, n_seq_max: int):
+def seq_pos_bounds(memory, n_seq_max: int, seqs=None):
     """(int32[n_seq_max] min, int32[n_seq_max] max) of a memory: one call when it offers
-    `_seq_pos_bounds`, else seq_pos_min/seq_pos_max per sequence."""
+    `_seq_pos_bounds` (the built-in caches: O(1) per sequence in C), else seq_pos_min/seq_pos_max for the
+    ids in `seqs` only (None: all of [0, n_seq_max)); the others read -1 (init never looks at them)."""
     fast = getattr(memory, "_seq_pos_bounds", None)
     if fast is not None:
         mn, mx = fast(n_seq_max)
         return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
-    mn = [_bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s)) for s in range(n_seq_max)]
-    mx = [_bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s)) for s in range(n_seq_max)]
-    return np.array(mn, dtype=np.int32), np.array(mx, dtype=np.int32)
+    ids = range(n_seq_max) if seqs is None else seqs
+    mn = np.full(n_seq_max, -1, np.int32)
+    mx = np.full(n_seq_max, -1, np.int32)
+    for s in ids:
+        mn[s] = _bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s))
+        mx[s] = _bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s))
+    return mn, mx
+
+
+def batch_seqs(batch: Batch, n_seq_max: int):
+    """The sequence ids init needs a memory's bounds for (llama.cpp's rule): those present in the batch,
+    which include every coupled one, in [0, n_seq_max) (invalid ids are refused later by init); all of
+    [0, n_seq_max) when positions are automatic. One numpy pass over the batch's ids, no loop per row."""
+    if batch._pos is None:
+        return None
+    if batch._seq_off is None:
+        return [0]
+    ids = np.unique(batch._seq_id[: int(batch._seq_off[batch.n_tokens])])
+    return ids[(ids >= 0) & (ids < n_seq_max)].tolist()
 
 
 def _bound_int(name: str, s: int, v) -> int:
@@ -130,7 +147,8 @@ class BatchAllocator:
         mn = mx = ffi.NULL
         keep = None
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
-            lo, hi = seq_pos_bounds(memory, n_seq_max)
+            lo, hi = seq_pos_bounds(memory, n_seq_max, None if hasattr(memory, "_seq_pos_bounds")
+                                    else batch_seqs(batch, n_seq_max))
             keep = (lo, hi)
             mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
         if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
