@@ -254,6 +254,13 @@ int ub_kv_seq_pos_lt(ub_kv *kv, int32_t s, int32_t p, int32_t *out) {
     return UB_OK;
 }
 
+int ub_kv_window_hole(ub_kv *full, ub_kv *swa, int32_t s, int32_t t, int32_t p, int32_t *out) {
+    if (s < 0 || s >= full->n_seq || s >= swa->n_seq)
+        return kv_fail(full, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, full->n_seq - 1);
+    *out = kv_pm_first_missing(&full->pool, &full->stat[s], &swa->pool, &swa->stat[s], t, p);
+    return UB_OK;
+}
+
 /* mn, mx: int32[n] caller-owned; entries for ids >= n_seq are -1. */
 int ub_kv_seq_pos_bounds(ub_kv *kv, int32_t n, int32_t *mn, int32_t *mx) {
     if (n < 0) return kv_fail(kv, UB_E_ARG, "negative sequence count %d", n);

@@ -143,3 +143,31 @@ int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
     }
     return best;
 }
+
+int kv_pm_has(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    for (int32_t i = t->root; i >= 0;) {
+        if (p->nodes[i].key == pos) return 1;
+        i = pos < p->nodes[i].key ? p->nodes[i].l : p->nodes[i].r;
+    }
+    return 0;
+}
+
+/* In-order walk of the subtree at i restricted to [lo, hi); stops at the first key b lacks. */
+static int32_t first_missing(const kv_pool *pa, int32_t i, const kv_pool *pb, const kv_seqstat *b, int32_t lo,
+                             int32_t hi) {
+    if (i < 0) return -1;
+    const kv_pnode *n = &pa->nodes[i];
+    if (n->key >= lo) {
+        int32_t r = first_missing(pa, n->l, pb, b, lo, hi);
+        if (r >= 0) return r;
+        if (n->key < hi && !kv_pm_has(pb, b, n->key)) return n->key;
+    }
+    if (n->key < hi - 1) return first_missing(pa, n->r, pb, b, lo, hi);
+    return -1;
+}
+
+int32_t kv_pm_first_missing(const kv_pool *pa, const kv_seqstat *a, const kv_pool *pb, const kv_seqstat *b,
+                            int32_t lo, int32_t hi) {
+    if (lo >= hi) return -1;
+    return first_missing(pa, a->root, pb, b, lo, hi);
+}

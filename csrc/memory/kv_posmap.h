@@ -42,5 +42,10 @@ void kv_pm_remove(kv_pool *p, kv_seqstat *t, int32_t pos);
 /* Smallest key >= pos, largest key < pos of t's map (-1 when none). */
 int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos);
 int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos);
+/* 1 when t's map holds pos. */
+int kv_pm_has(const kv_pool *p, const kv_seqstat *t, int32_t pos);
+/* The smallest key of a's map in [lo, hi) that b's map lacks, or -1. */
+int32_t kv_pm_first_missing(const kv_pool *pa, const kv_seqstat *a, const kv_pool *pb, const kv_seqstat *b,
+                            int32_t lo, int32_t hi);
 
 #endif

@@ -42,6 +42,9 @@ int ub_kv_seq_pos_bounds(ub_kv *kv, int32_t n, int32_t *mn, int32_t *mx);
  * position < p (seq_pos_lt); *out = -1 when there is none. UB_E_ARG for a bad id. */
 int ub_kv_seq_pos_ge(ub_kv *kv, int32_t s, int32_t p, int32_t *out);
 int ub_kv_seq_pos_lt(ub_kv *kv, int32_t s, int32_t p, int32_t *out);
+/* Two-cache memory: the smallest position of s in [t, p) that `full` holds and `swa` does not (*out; -1
+ * when every one is held). Walks full's map over the range, O(k log n) for k positions in range. */
+int ub_kv_window_hole(ub_kv *full, ub_kv *swa, int32_t s, int32_t t, int32_t p, int32_t *out);
 
 /* The non-empty cells of a stream, ascending index. Caller-owned outputs with room for `size` cells:
  * idx int32[size], pos int32[size], seq uint64[size*4], shift int32[size] (may be NULL), ext int32[size*2]

@@ -22,6 +22,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ubatch._ffi import lib
 from ubatch.common.errors import KVCacheFullError, RewindError, UbatchError
 from ubatch.common.validate import check_int as _int
 from ubatch.memory.kv_cache import SWA_TYPES, KVCache, KVSnapshot, _locked
@@ -163,18 +164,25 @@ class KVCacheISWA:
             return bmin                          # nothing evicted
         return min(max(self._first_start_at_least(c), bmin), bmax + 1)
 
-    def _window_hole(self, s: int, p: int) -> int:
+    def _window_hole(self, s: int, p: int, exact: bool = True) -> int:
         """A position in the window of a token of s at p that the full cache holds and the sliding cache
-        lost (-1 if none): the smallest full-cache position >= the window start, when the sliding cache
-        does not hold that same position (its positions are the full cache's from a cut-off on)."""
-        t = self._window_start(p)
-        q = self.base.seq_pos_ge(s, max(t, 0))
+        lost (-1 if none). exact: every full-cache position of the window is looked up (one C call,
+        O(window log n)), used by the sequence operations; otherwise only the smallest one (O(log n)),
+        which is exact while the sliding cache holds the full cache's positions from a cut-off on (what
+        decodes and checked sequence operations keep): the per-decode check."""
+        t = max(self._window_start(p), 0)
+        if exact:
+            out = self.base._i32
+            self.base._check(lib.ub_kv_window_hole(self.base._handle(), self.swa._handle(), s, t, p, out))
+            return int(out[0])
+        q = self.base.seq_pos_ge(s, t)
         if q < 0 or q >= p:
             return -1
         return q if self.swa.seq_pos_ge(s, q) != q else -1
 
-    def _rewind_error(self, s: int, p: int, hole: int, first_available: int, what: str) -> RewindError:
-        rmin = self.seq_rewind_min(s)
+    def _rewind_error(self, s: int, p: int, hole: int, first_available: int, what: str,
+                      rmin: Optional[int] = None) -> RewindError:
+        rmin = self.seq_rewind_min(s) if rmin is None else rmin
         avail = (f"its first position still available there is {first_available}" if first_available >= 0
                  else "it has no position left there")
         return RewindError(
@@ -191,21 +199,24 @@ class KVCacheISWA:
         smin, _ = self.swa._seq_pos_bounds(n)
         return np.flatnonzero((bmin >= 0) & (bmin != smin)).tolist()
 
-    def _check_windows(self, seqs, first: dict, what: str) -> None:
-        """Raises RewindError for the first sequence of `seqs` whose next token's window has a hole."""
+    def _check_windows(self, seqs, before: dict, what: str) -> None:
+        """Raises RewindError for the first sequence of `seqs` whose next token's window has a hole; the
+        error reports the state `before` the operation ({s: (first available, rewind_min)})."""
         for s in seqs:
             p = self.base.seq_pos_max(s) + 1
             if p <= 0:
                 continue
             hole = self._window_hole(s, p)
             if hole >= 0:
-                raise self._rewind_error(s, p, hole, first.get(s, self.swa.seq_pos_min(s)), what)
+                first, rmin = before.get(s, (self.swa.seq_pos_min(s), None))
+                raise self._rewind_error(s, p, hole, first, what, rmin)
 
     # ------------------------------------------------------------------ sequence operations (both caches)
     def _mirror(self, what: str, op, seqs=None):
         """Runs op(cache) on the full cache, then the sliding one, inside one transaction of both; then checks
         the windows of `seqs` (None: every sequence with evictions). Any failure rolls both back."""
-        first = {s: self.swa.seq_pos_min(s) for s in (self._candidates() if seqs is None else seqs)}
+        before = {s: (self.swa.seq_pos_min(s), self.seq_rewind_min(s))
+                  for s in (self._candidates() if seqs is None else seqs)}
         b, w = self.base, self.swa
         b._begin()
         try:
@@ -216,7 +227,7 @@ class KVCacheISWA:
         try:
             ret = op(b)
             op(w)
-            self._check_windows(self._candidates() if seqs is None else seqs, first, what)
+            self._check_windows(self._candidates() if seqs is None else seqs, before, what)
         except BaseException:
             w._rollback()
             b._rollback()
@@ -300,7 +311,7 @@ class KVCacheISWA:
         for s in self._candidates():              # usually none: only sequences the window cut
             p, _ = alloc.seq_pos_range(s)
             if p >= 0:
-                hole = self._window_hole(s, p)
+                hole = self._window_hole(s, p, exact=False)
                 if hole >= 0:
                     raise self._rewind_error(s, p, hole, self.swa.seq_pos_min(s), "decode")
         if whole_seqs:
