@@ -170,8 +170,37 @@ def test_mrope_rules(alloc_cls) -> None:
 def test_memory_bounds_are_checked(alloc_cls, lo, hi, exc, pattern) -> None:
     a = alloc_cls()
     a.init(_tok(2), n_seq_max=1)
-    _raises(exc, pattern, a.init, _tok(3, pos=[5, 6, 7]), n_seq_max=2, memory=ConstMemory(lo, hi))
+    coupled = Batch.from_arrays(tokens=[1, 2, 3], pos=[5, 6, 7], seq_ids=[[0, 1]] * 3)   # seq_pos_min is read
+    _raises(exc, pattern, a.init, coupled, n_seq_max=2, memory=ConstMemory(lo, hi))
     assert a.n_tokens == 2 and a.split_simple(8).n_tokens == 2
+
+
+class _CountingMemory:
+    def __init__(self):
+        self.asked = []
+
+    def seq_pos_min(self, s):
+        self.asked.append(("min", s))
+        return -1
+
+    def seq_pos_max(self, s):
+        self.asked.append(("max", s))
+        return -1
+
+
+def test_plain_memory_is_asked_only_what_llama_cpp_asks(alloc_cls) -> None:
+    """seq_pos_max of the batch's sequences (all of [0, n_seq_max) for automatic positions), seq_pos_min of
+    the coupled ones only: the cost follows the batch, not n_seq_max."""
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2, 3], pos=[0, 0, 1], seq_ids=[[3], [7], [3]]), n_seq_max=256,
+                     memory=m)
+    assert sorted(m.asked) == [("max", 3), ("max", 7)]
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2], pos=[0, 1], seq_ids=[[1, 2], [1, 2]]), n_seq_max=4, memory=m)
+    assert sorted(m.asked) == [("max", 1), ("max", 2), ("min", 1), ("min", 2)]
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2]), n_seq_max=5, memory=m)
+    assert sorted(m.asked) == [("max", s) for s in range(5)]
 
 
 def test_native_memory_fast_path_is_checked() -> None:

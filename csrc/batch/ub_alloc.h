@@ -44,6 +44,13 @@ const char *ub_alloc_warning(const ub_alloc *a); /* warning of the last successf
 int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_seq_max, int32_t output_all,
                   const int32_t *mem_min, const int32_t *mem_max);
 
+/* Which sequences a batch holds, before init (so the caller asks its memory only about those, as
+ * llama.cpp). ids int32[n_seq_max] and cpl int32[n_seq_max] (caller-owned) receive, ascending, the ids
+ * present in some row and (*n_cpl of them) the ids sharing a row with another id (coupled). Ids outside
+ * [0, n_seq_max) are skipped (init refuses them). Returns the number of present ids, or -1 for a bad
+ * argument. O(total ids). */
+int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *ids, int32_t *cpl, int32_t *n_cpl);
+
 int ub_alloc_split_reset(ub_alloc *a);
 /* Each split returns a new ubatch (caller frees it) or NULL; *status tells NULL apart:
  * UB_OK (nothing left), UB_E_ARG / UB_E_NOMEM / UB_E_SPLIT (message in ub_alloc_error). */

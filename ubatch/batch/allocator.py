@@ -21,33 +21,37 @@ def _int_arg(name: str, v) -> int:
     return check_int(name, v, None, None)      # type check only; ranges are checked by the caller
 
 
-def seq_pos_bounds(memory, n_seq_max: int, seqs=None):
-    """(int32[n_seq_max] min, int32[n_seq_max] max) of a memory: one call when it offers
-    `_seq_pos_bounds` (the built-in caches: O(1) per sequence in C), else seq_pos_min/seq_pos_max for the
-    ids in `seqs` only (None: all of [0, n_seq_max)); the others read -1 (init never looks at them)."""
-    fast = getattr(memory, "_seq_pos_bounds", None)
-    if fast is not None:
-        mn, mx = fast(n_seq_max)
-        return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
-    ids = range(n_seq_max) if seqs is None else seqs
-    mn = np.full(n_seq_max, -1, np.int32)
-    mx = np.full(n_seq_max, -1, np.int32)
-    for s in ids:
-        mn[s] = _bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s))
-        mx[s] = _bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s))
+def seq_pos_bounds(memory, n_seq_max: int):
+    """(int32[n_seq_max] min, int32[n_seq_max] max) from a memory's bulk `_seq_pos_bounds` (the built-in
+    caches: O(1) per sequence in C), checked."""
+    mn, mx = memory._seq_pos_bounds(n_seq_max)
+    return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
+
+
+def _ask(name: str, fn, ids: np.ndarray, n_seq_max: int) -> np.ndarray:
+    """int32[n_seq_max]: fn(s) for the ids asked (checked like _bound_int), -1 elsewhere."""
+    id_list = ids.tolist()
+    vals = [fn(s) for s in id_list]
+    if vals and (not set(map(type, vals)) <= {int} or min(vals) < -1 or max(vals) > _I32_MAX):
+        vals = [_bound_int(name, s, v) for s, v in zip(id_list, vals)]    # names the culprit, or converts
+    out = np.full(n_seq_max, -1, np.int32)
+    out[ids] = vals
+    return out
+
+
+def ask_memory(memory, batch: Batch, n_seq_max: int):
+    """llama.cpp's rule for a plain memory object: seq_pos_max for the sequences in the batch (all of
+    [0, n_seq_max) when positions are automatic), seq_pos_min only for the coupled ones (the only check
+    that reads it). Returns (min int32[n_seq_max] or None, max int32[n_seq_max]); one C pass finds the ids."""
+    buf = np.empty(2 * LLAMA_MAX_SEQ, np.int32)
+    n_cpl = ffi.new("int32_t *")
+    n = lib.ub_alloc_batch_seqs(batch._c_view(), n_seq_max, ffi.from_buffer("int32_t[]", buf),
+                                ffi.from_buffer("int32_t[]", buf[LLAMA_MAX_SEQ:]), n_cpl)
+    ids = np.arange(n_seq_max, dtype=np.int32) if batch._pos is None else buf[:n]
+    mx = _ask("memory.seq_pos_max", memory.seq_pos_max, ids, n_seq_max)
+    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, buf[LLAMA_MAX_SEQ:LLAMA_MAX_SEQ + n_cpl[0]], n_seq_max)
+          if n_cpl[0] else None)
     return mn, mx
-
-
-def batch_seqs(batch: Batch, n_seq_max: int):
-    """The sequence ids init needs a memory's bounds for (llama.cpp's rule): those present in the batch,
-    which include every coupled one, in [0, n_seq_max) (invalid ids are refused later by init); all of
-    [0, n_seq_max) when positions are automatic. One numpy pass over the batch's ids, no loop per row."""
-    if batch._pos is None:
-        return None
-    if batch._seq_off is None:
-        return [0]
-    ids = np.unique(batch._seq_id[: int(batch._seq_off[batch.n_tokens])])
-    return ids[(ids >= 0) & (ids < n_seq_max)].tolist()
 
 
 def _bound_int(name: str, s: int, v) -> int:
@@ -147,10 +151,13 @@ class BatchAllocator:
         mn = mx = ffi.NULL
         keep = None
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
-            lo, hi = seq_pos_bounds(memory, n_seq_max, None if hasattr(memory, "_seq_pos_bounds")
-                                    else batch_seqs(batch, n_seq_max))
+            if hasattr(memory, "_seq_pos_bounds"):
+                lo, hi = seq_pos_bounds(memory, n_seq_max)
+            else:
+                lo, hi = ask_memory(memory, batch, n_seq_max)
             keep = (lo, hi)
-            mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
+            mn = ffi.NULL if lo is None else ffi.from_buffer("int32_t[]", lo)
+            mx = ffi.from_buffer("int32_t[]", hi)
         if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
             raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         n_seq_c = n_seq_max

@@ -150,18 +150,19 @@ class ReferenceAllocator:
         # llama.cpp: GGML_ASSERT(n_tokens > 0) -- an abort; here an error.
         if n <= 0:
             raise BatchError("n_tokens == 0: the batch is empty")
-        # the memory's per-seq ranges (seq_pos_min/max, -1 = empty), read once and checked; as llama.cpp, only
-        # for the sequences in the batch (coupled ones are in it too), all of them for automatic positions
+        # the memory's per-seq ranges (-1 = empty), read once and checked, as llama.cpp asks for them:
+        # seq_pos_max of the sequences in the batch (of all of them for automatic positions), seq_pos_min of
+        # the coupled ones only (the coupled-sequence check is the only reader)
         mem_min = mem_max = None
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
-            if batch._pos is None:
-                wanted = list(range(n_seq_max))
-            else:
-                wanted = sorted({s for i in range(n) for s in batch.seq_ids(i) if 0 <= s < n_seq_max})
+            rows = [set(batch.seq_ids(i)) for i in range(n)]
+            present = sorted({s for ids in rows for s in ids if 0 <= s < n_seq_max})
+            coupled = sorted({s for ids in rows if len(ids) > 1 for s in ids if 0 <= s < n_seq_max})
             mem_min, mem_max = [-1] * n_seq_max, [-1] * n_seq_max
-            for s in wanted:
-                mem_min[s] = _bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s))
+            for s in (range(n_seq_max) if batch._pos is None else present):
                 mem_max[s] = _bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s))
+            for s in coupled:
+                mem_min[s] = _bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s))
         if not _I32_MIN <= n_seq_max <= _I32_MAX:
             raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         # V1
