@@ -203,3 +203,71 @@ def test_plan_kv_cli_shows_both_caches(capsys):
     out = capsys.readouterr().out
     assert "sliding cache: unified, 1 stream x 256 cells, window 8" in out
     assert "full cache:" in out and "sliding cache (window 8):" in out and "| swa cell" in out
+
+
+class _SWAModel:
+    n_vocab, n_embd, n_ctx_train, n_layer = 32, 4, 4096, 6
+    n_swa = 8
+    swa_layers = (True, True, False, True, True, False)
+
+
+def _install_swa_runner(monkeypatch):
+    """A runner with the INTERFACES.md two-cache surface: kv_size_swa, update(..., swa_copies, swa_shift)."""
+    import sys
+    import types
+
+    from fake_runner import FakeRunner
+
+    class SWARunner(FakeRunner):
+        def __init__(self, model, *, kv_size_swa=None, **kw):
+            super().__init__(model, **kw)
+            self.kv_size_swa = kv_size_swa
+
+        def update(self, copies, shift, swa_copies=None, swa_shift=None):
+            self.updates.append((list(copies), shift is not None, list(swa_copies or []), swa_shift is not None))
+
+        def compute(self, ub, place):
+            assert place.swa is not None and place.swa.cells.shape == place.cells.shape
+            return super().compute(ub, place)
+
+    mod = types.ModuleType("ubatch.compute.runner")
+    mod.ModelRunner = SWARunner
+    monkeypatch.setitem(sys.modules, "ubatch.compute.runner", mod)
+    FakeRunner.instances.clear()
+    return FakeRunner.instances
+
+
+def test_context_with_a_sliding_model_drives_both_caches(monkeypatch):
+    runners = _install_swa_runner(monkeypatch)
+    c = Context(_SWAModel(), n_ctx=512, n_batch=512, n_ubatch=16, n_seq_max=2, swa_full=False)
+    r = runners[-1]
+    assert isinstance(c.memory, KVCacheISWA) and r.kv_size_swa == c.n_ctx_swa == 256 and c.n_swa == 8
+    assert c.swa_layers == _SWAModel.swa_layers
+    c.decode(seq_batch(0, 0, 40))
+    assert len(r.placements) == 3 and all(p.swa is not None for p in r.placements)
+    assert c.get_logits_ith(39)[-1] == 39
+    c.memory.seq_add(0, 0, -1, 2)                 # K-shift pending in both caches -> update with both parts
+    c.memory.seq_cp(0, 1)                         # a stream copy in both caches
+    c.decode(seq_batch(1, 42, 1))
+    assert r.updates[-1] == ([(0, 1)], True, [(0, 1)], True)
+    # a compute failure rolls both caches back exactly, the pending update included
+    c.memory.seq_add(0, 0, -1, 1)
+    snap = c.memory.snapshot()
+    r.fail_at = r.calls + 2
+    with pytest.raises(RuntimeError, match="compute failed"):
+        c.decode(seq_batch(0, 43, 20))
+    assert c.memory.equals(snap) and c.memory.has_pending_update()
+    with pytest.raises(ValueError, match="come from the model"):
+        Context(_SWAModel(), n_ctx=512, n_swa=4)
+
+
+def test_context_with_todays_runner_keeps_sliding_layers_on_the_full_cache(monkeypatch):
+    """A runner without kv_size_swa gets place.swa = None (it applies the window itself, INTERFACES.md)."""
+    from fake_runner import install
+
+    install(monkeypatch)
+    c = Context(_SWAModel(), n_ctx=512, n_batch=512, n_ubatch=16, n_seq_max=1)
+    c.decode(seq_batch(0, 0, 20))
+    from fake_runner import FakeRunner
+    assert all(p.swa is None for p in FakeRunner.instances[-1].placements)
+    assert isinstance(c.memory, KVCacheISWA)

@@ -1,9 +1,14 @@
-"""Context: llama.cpp's decode loop (llama_context::decode) on top of the allocator and the KV cache.
+"""Context: llama.cpp's decode loop (llama_context::decode) on top of the allocator and a memory.
 
-decode(batch) = allocator init (cache as memory: continuity checks, automatic positions) -> split by
-the strategy the cache needs -> dry-run placement of every ubatch with exact rollback -> pending
-update (stream copies, K-shift) -> apply ubatch by ubatch (computing each when a model is attached)
--> output bookkeeping. With model=None it is a planning-only context: everything but the compute.
+decode(batch) = allocator init (the memory answers the continuity checks and automatic positions) ->
+memory.init_batch (the split this memory needs + a dry run of every ubatch; ubatch/memory/protocol.py) ->
+memory.begin (one transaction; the pending update of stream copies / K-shift handed to the runner) ->
+apply ubatch by ubatch (computing each when a model is attached) -> commit, or rollback on any failure ->
+output bookkeeping. With model=None it is a planning-only context: everything but the compute.
+
+The memory is a KVCache, or with a sliding window (the model's n_swa > 0, or Context(None, n_swa=...)) the
+two-cache KVCacheISWA (full cache for the global layers, sliding cache for the others, sized as llama.cpp
+with swa_full, default True as llama_context_default_params).
 
 Deliberate differences from llama.cpp (0c1e570):
 * a batch larger than n_batch raises BatchError (llama.cpp aborts);
@@ -16,7 +21,10 @@ Deliberate differences from llama.cpp (0c1e570):
   flag differs), and the previous outputs remain readable (llama.cpp drops their pending reorder);
 * a failure during compute (any ubatch, or the K-shift before it) rolls the whole batch back: cells,
   heads, the pending update and the K/V data of every cell written are as before the call (llama.cpp
-  keeps the earlier ubatches and removes the failing ubatch's sequences from their first position on).
+  keeps the earlier ubatches and removes the failing ubatch's sequences from their first position on);
+* with the two-cache memory, an operation that would leave a sequence needing positions the sliding
+  cache already evicted (seq_rm back past the window, then decoding from there) raises RewindError and
+  changes nothing; llama.cpp computes wrong logits there, or restarts automatic positions at 0.
 """
 from __future__ import annotations
 
