@@ -137,8 +137,8 @@ class ISWAMachine(RuleBasedStateMachine):
     @precondition(lambda self: hasattr(self, "pair"))
     @rule(s=st.integers(0, 2), p0=st.integers(0, 30), delta=st.integers(-8, 8))
     def seq_add(self, s, p0, delta):
-        if s < self.n_seq:
-            self._mirror(lambda kv: kv.seq_add(s, p0, -1, delta), [s])
+        if s < self.n_seq:      # a moved cell moves for all its sequences: every one may get a hole
+            self._mirror(lambda kv: kv.seq_add(s, p0, -1, delta), range(self.n_seq))
 
     # ------------------------------------------------------------------ the comparison
     @invariant()

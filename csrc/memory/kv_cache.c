@@ -242,6 +242,12 @@ int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out) {
     return UB_OK;
 }
 
+int ub_kv_seq_counts(ub_kv *kv, int32_t n, int32_t *counts) {
+    if (n < 0) return kv_fail(kv, UB_E_ARG, "negative sequence count %d", n);
+    for (int32_t s = 0; s < n; s++) counts[s] = s < kv->n_seq && s < UB_MAX_SEQ ? kv->stat[s].n : 0;
+    return UB_OK;
+}
+
 int ub_kv_seq_pos_ge(ub_kv *kv, int32_t s, int32_t p, int32_t *out) {
     if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
     *out = kv_pm_ge(&kv->pool, &kv->stat[s], p);

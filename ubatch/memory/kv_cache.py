@@ -175,6 +175,15 @@ class KVCache:
         return int(self._i32[0])
 
     @_locked
+    def seq_counts(self, n: int) -> np.ndarray:
+        """int32[n]: how many cells hold each sequence 0..n-1 (one C call)."""
+        n = _int("n", n, 0, LLAMA_MAX_SEQ)
+        out = np.zeros(n, np.int32)
+        if n:
+            self._check(lib.ub_kv_seq_counts(self._handle(), n, ffi.from_buffer("int32_t[]", out)))
+        return out
+
+    @_locked
     def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
         """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
         n = _int("n", n, 0, LLAMA_MAX_SEQ)
@@ -326,15 +335,17 @@ class KVCache:
         """Splits the initialised batch the way this cache needs (whole_seqs: split_seq, every sequence in
         one ubatch) and dry-runs every ubatch. Raises SplitError / BatchError / KVCacheFullError; the cache
         is unchanged either way. embd_all (llama.cpp's argument) does not change a KV cache's split."""
-        if whole_seqs:
-            split = "seq"
-            ubs = whole_seqs_split(alloc, n_ubatch)
-        else:
-            check_coupled(alloc, self._n_stream)
-            split = cache_split(self._n_stream)
-            ubs = split_all(alloc, n_ubatch, split)
+        split, ubs = self._split(alloc, n_ubatch, whole_seqs)
         self._prepare(ubs)
         return MemoryPlan(ubs, self, split)
+
+    def _split(self, alloc, n_ubatch: int, whole_seqs: bool) -> Tuple[str, List]:
+        """(split name, ubatches): the split this cache needs (protocol.cache_split)."""
+        if whole_seqs:
+            return "seq", whole_seqs_split(alloc, n_ubatch)
+        check_coupled(alloc, self._n_stream)
+        split = cache_split(self._n_stream)
+        return split, split_all(alloc, n_ubatch, split)
 
     def _own(self, plan: MemoryPlan) -> None:
         if plan.memory is not self or not self._plan or self._plan is not plan.ubatches:
