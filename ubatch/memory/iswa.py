@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import lib
-from ubatch.common.errors import KVCacheFullError, RewindError, UbatchError
+from ubatch.common.errors import CallOrderError, KVCacheFullError, RewindError, UbatchError
 from ubatch.common.validate import check_int as _int
 from ubatch.memory.kv_cache import SWA_TYPES, KVCache, KVSnapshot, _locked
 from ubatch.memory.placement import Placement
@@ -337,7 +337,7 @@ class KVCacheISWA:
     def _own(self, plan: MemoryPlan) -> None:
         if (plan.memory is not self or not self.base._plan or self.base._plan is not plan.ubatches
                 or self.swa._plan is not plan.ubatches):
-            raise UbatchError("this plan is not the memory's current plan (call init_batch again)")
+            raise CallOrderError("this plan is not the memory's current plan (call init_batch again)")
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.common.errors import KVCacheFullError, UbatchError
+from ubatch.common.errors import CallOrderError, KVCacheFullError, UbatchError
 from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
 from ubatch.common.validate import I32_MAX as _I32_MAX, check_int as _int
 from ubatch.memory.placement import Placement
@@ -128,6 +128,8 @@ class KVCache:
             raise MemoryError(self._msg())
         if st == lib.UB_E_KVFULL:
             raise KVCacheFullError(self._msg())
+        if st == lib.UB_E_ORDER:
+            raise CallOrderError(self._msg())
         raise ValueError(self._msg())
 
     def _stream(self, stream) -> int:
@@ -349,7 +351,7 @@ class KVCache:
 
     def _own(self, plan: MemoryPlan) -> None:
         if plan.memory is not self or not self._plan or self._plan is not plan.ubatches:
-            raise UbatchError("this plan is not the KV cache's current plan (call init_batch again)")
+            raise CallOrderError("this plan is not the KV cache's current plan (call init_batch again)")
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:
@@ -437,7 +439,7 @@ class KVCache:
         h = self._handle()
         ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
         if ns == 0:
-            raise ValueError(f"no planned slot {i}")
+            raise CallOrderError(f"no planned slot {i}")
         strm = np.frombuffer(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns), np.int32).copy()
         cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
         return strm, cells
@@ -466,7 +468,7 @@ class KVCache:
     def _n_kv(self, i: int) -> int:
         n = lib.ub_kv_n_kv(self._handle(), i)
         if n < 0:
-            raise ValueError(f"no planned slot {i}")
+            raise CallOrderError(f"no planned slot {i}")
         return int(n)
 
     @_locked
