@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch.compute import kernels
+from ubatch.compute import ops as cops
 from ubatch.compute.kv_store import KV_TYPES, KVStore
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model import ops
@@ -78,6 +79,7 @@ class Step:
         self.runner, self.base, self.swa, self.pos = runner, base, swa, pos
         self.n_threads = runner.n_threads
         self._swa_mask: Optional[np.ndarray] = None
+        self._vis: Dict[tuple, tuple] = {}
 
     def _where(self, il: int) -> Tuple[_Where, np.ndarray]:
         m = self.runner.model
@@ -90,13 +92,21 @@ class Step:
         return self.base, self._swa_mask
 
     def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+        """Attention of layer il over each row's visible cells in ascending position order (so the result
+        does not depend on where the cells sit, on other sequences or on n_ubatch)."""
         w, mask = self._where(il)
         st = w.store
         n, n_head, hd = q.shape
         st.k[il][w.sidx, w.cells] = k.reshape(w.ns, w.per, *k.shape[1:])
         st.v[il][w.sidx, w.cells] = v.reshape(w.ns, w.per, *v.shape[1:])
-        o = kernels.attention(np.ascontiguousarray(q, np.float32).reshape(w.ns, w.per, n_head, hd), st.k[il],
-                              st.v[il], w.streams, mask, scale=float(scale), n_threads=self.n_threads)
+        key = (id(w), id(mask))
+        vis = self._vis.get(key)
+        if vis is None:
+            pos = np.ascontiguousarray(st.pos[w.streams.astype(np.intp)][:, :w.n_kv])
+            off, cells = cops.visible_cells(mask, pos)
+            vis = self._vis[key] = (np.repeat(w.streams, w.per).astype(np.int32), off, cells)
+        o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
+                                   scale=float(scale), n_threads=self.n_threads)
         return o.reshape(n, n_head * hd)
 
 

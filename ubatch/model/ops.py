@@ -19,6 +19,8 @@ try:  # the kernels helper's C matmul
 except ImportError:  # pragma: no cover - until the kernels branch lands
     _mm = None
     _HAVE_MM = False
+if _HAVE_MM:
+    from ubatch.compute import ops as _cops
 
 
 def using_c_kernels() -> bool:
@@ -66,6 +68,10 @@ def get_rows(w: Weight, ids: np.ndarray) -> np.ndarray:
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Row-wise: sum of f32 squares accumulated in f64, scale = 1/sqrtf(mean + eps), (x*scale)*w
     (real-models.md §3.1). x: float32[..., d], weight: float32[d]."""
+    if _HAVE_MM:
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+        w = weight if weight.flags.c_contiguous else np.ascontiguousarray(weight)
+        return _cops.rms_norm(x2, np.asarray(w, np.float32), float(eps)).reshape(x.shape)
     sq = np.square(x, dtype=np.float32).astype(np.float64)
     mean = (sq.sum(axis=-1) / x.shape[-1]).astype(np.float32)
     scale = (np.float32(1.0) / np.sqrt(mean + np.float32(eps), dtype=np.float32)).astype(np.float32)
@@ -73,6 +79,8 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    if _HAVE_MM:
+        return _cops.silu_mul(g, u, out=g)
     with np.errstate(over="ignore"):
         return (g / (np.float32(1.0) + np.exp(-g))) * u
 
