@@ -2,7 +2,7 @@
 
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
-    ubatch bench kv|attention|decode [ARGS...]    the KV-cache / attention / decode benchmarks, when built
+    ubatch bench kv|attention|decode|models [ARGS...]   the KV-cache / attention / decode / real-model benchmarks
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ KERNEL_BENCHES = {
     "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
     "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
+    "models": ("ubatch.bench.models_bench", "bench_models.py", "real models (Gemma 3, Qwen2.5) beside llama.cpp"),
 }
 
 
