@@ -70,7 +70,9 @@ def test_greedy_continuations(name):
     res = greedy_check(model(name), name)
     print(res)
     assert all(r["ok"] for r in res), res
-    assert sum(r["compared"] for r in res) >= 24          # the comparison covers real continuations
+    # the comparison covers real continuations (Gemma's base model meets near-ties early: llama.cpp's own
+    # margins fall below M after 2-5 tokens on each prompt)
+    assert sum(r["compared"] for r in res) >= (24 if name.startswith("qwen") else 8)
 
 
 def test_rollback_equals_twin_bitwise():
