@@ -34,3 +34,32 @@ def test_real_model_bitwise(name):
                        others=others_for(m.n_vocab, OTHER_LENGTHS[:3]))
     for a, b in zip(single, short):
         assert np.array_equal(a, b)
+
+
+def test_gemma_window_cache_layouts_bitwise():
+    """A 600-token prompt (past the 512 window) and 2 greedy steps: the full-size sliding cache
+    (swa_full, one call) and the reduced one (swa_full=False: 512 + n_ubatch cells, reused as the window
+    slides; the prompt in 3 calls, n_ubatch 256) give the same bits."""
+    import ubatch
+    from ubatch import Batch
+    m = model("gemma3-270m")
+    prompt = others_for(m.n_vocab, [600], seed=9)[0]
+
+    def run(swa_full, chunks, n_ubatch):
+        ctx = ubatch.Context(m, n_ctx=1024, n_batch=1024, n_ubatch=n_ubatch, n_threads=2, swa_full=swa_full)
+        cuts = [0] + chunks + [len(prompt)]
+        for a, b in zip(cuts, cuts[1:]):
+            ctx.decode(Batch.from_arrays(tokens=prompt[a:b], pos=list(range(a, b)), seq_ids=[0] * (b - a),
+                                         output=[0] * (b - a - 1) + [1]))
+        out = [ctx.get_logits_ith(-1).copy()]
+        for g in range(2):
+            ctx.decode(Batch.from_arrays(tokens=[int(out[-1].argmax())], pos=[len(prompt) + g], seq_ids=[0],
+                                         output=[1]))
+            out.append(ctx.get_logits_ith(-1).copy())
+        return ctx, out
+
+    c1, a = run(True, [], 512)
+    c2, b = run(False, [200, 400], 256)
+    assert c2.n_ctx_swa < c1.n_ctx_swa
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
