@@ -141,3 +141,10 @@ int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *id
     *n_cpl = nc;
     return count;
 }
+
+/* out int32[n_seq_max], ids / vals int32[n]: all caller-owned. */
+void ub_alloc_fill_bounds(int32_t *out, int32_t n_seq_max, const int32_t *ids, const int32_t *vals, int32_t n) {
+    for (int32_t s = 0; s < n_seq_max; s++) out[s] = -1;
+    for (int32_t k = 0; k < n; k++)
+        if (ids[k] >= 0 && ids[k] < n_seq_max) out[ids[k]] = vals[k];
+}

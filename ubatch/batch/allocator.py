@@ -29,28 +29,27 @@ def seq_pos_bounds(memory, n_seq_max: int):
     return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
 
 
-def _ask(name: str, fn, ids: np.ndarray, n_seq_max: int) -> np.ndarray:
-    """int32[n_seq_max]: fn(s) for the ids asked (checked like _bound_int), -1 elsewhere."""
-    id_list = ids.tolist()
-    vals = [fn(s) for s in id_list]
+def _ask(name: str, fn, ids: list, n_seq_max: int):
+    """int32_t[n_seq_max] (cffi, owned): fn(s) for the ids asked (checked like _bound_int), -1 elsewhere."""
+    vals = [fn(s) for s in ids]
     if vals and (not set(map(type, vals)) <= {int} or min(vals) < -1 or max(vals) > _I32_MAX):
-        vals = [_bound_int(name, s, v) for s, v in zip(id_list, vals)]    # names the culprit, or converts
-    out = np.full(n_seq_max, -1, np.int32)
-    out[ids] = vals
+        vals = [_bound_int(name, s, v) for s, v in zip(ids, vals)]      # names the culprit, or converts
+    out = ffi.new("int32_t[]", n_seq_max)
+    lib.ub_alloc_fill_bounds(out, n_seq_max, ffi.new("int32_t[]", ids), ffi.new("int32_t[]", vals), len(ids))
     return out
 
 
 def ask_memory(memory, batch: Batch, n_seq_max: int):
     """llama.cpp's rule for a plain memory object: seq_pos_max for the sequences in the batch (all of
     [0, n_seq_max) when positions are automatic), seq_pos_min only for the coupled ones (the only check
-    that reads it). Returns (min int32[n_seq_max] or None, max int32[n_seq_max]); one C pass finds the ids."""
-    buf = np.empty(2 * LLAMA_MAX_SEQ, np.int32)
+    that reads it). Returns (min int32_t[n_seq_max] or None, max int32_t[n_seq_max]) as cffi arrays; one C
+    pass finds the ids, one fills the arrays (no numpy on this path: its per-call overhead dominated)."""
+    ids = ffi.new("int32_t[]", 2 * LLAMA_MAX_SEQ)
     n_cpl = ffi.new("int32_t *")
-    n = lib.ub_alloc_batch_seqs(batch._c_view(), n_seq_max, ffi.from_buffer("int32_t[]", buf),
-                                ffi.from_buffer("int32_t[]", buf[LLAMA_MAX_SEQ:]), n_cpl)
-    ids = np.arange(n_seq_max, dtype=np.int32) if batch._pos is None else buf[:n]
-    mx = _ask("memory.seq_pos_max", memory.seq_pos_max, ids, n_seq_max)
-    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, buf[LLAMA_MAX_SEQ:LLAMA_MAX_SEQ + n_cpl[0]], n_seq_max)
+    n = lib.ub_alloc_batch_seqs(batch._c_view(), n_seq_max, ids, ids + LLAMA_MAX_SEQ, n_cpl)
+    present = list(range(n_seq_max)) if batch._pos is None else ffi.unpack(ids, n)
+    mx = _ask("memory.seq_pos_max", memory.seq_pos_max, present, n_seq_max)
+    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, ffi.unpack(ids + LLAMA_MAX_SEQ, n_cpl[0]), n_seq_max)
           if n_cpl[0] else None)
     return mn, mx
 
@@ -154,11 +153,12 @@ class BatchAllocator:
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
             if hasattr(memory, "_seq_pos_bounds"):
                 lo, hi = seq_pos_bounds(memory, n_seq_max)
+                keep = (lo, hi)
+                mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
             else:
-                lo, hi = ask_memory(memory, batch, n_seq_max)
-            keep = (lo, hi)
-            mn = ffi.NULL if lo is None else ffi.from_buffer("int32_t[]", lo)
-            mx = ffi.from_buffer("int32_t[]", hi)
+                mn, mx = ask_memory(memory, batch, n_seq_max)    # cffi arrays, kept alive by these names
+                if mn is None:
+                    mn = ffi.NULL
         if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
             raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         n_seq_c = n_seq_max
