@@ -5,20 +5,24 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#define UB_MAX_SEQ 256          /* LLAMA_MAX_SEQ: width of a sequence set, size of seq_idx */
 #define UB_SEQ_WORDS 4          /* 256 bits = 4 x uint64 */
 #define UB_ERR_LEN 1024
-/* Largest batch init accepts (rows). Keeps every int32 index expression in the allocator (2*n for the
- * hash table, 8*n of scratch) far from overflow; a larger batch would need tens of GB anyway. */
-#define UB_MAX_TOKENS (1 << 28)
 
 /* cdef:begin */
+/* Limits (read by Python as lib.UB_MAX_SEQ / lib.UB_MAX_TOKENS: one definition, here).
+ * UB_MAX_SEQ = LLAMA_MAX_SEQ: width of a sequence set, size of seq_idx.
+ * UB_MAX_TOKENS: largest batch init accepts (rows); keeps every int32 index expression in the allocator
+ * (2*n for the hash table, 8*n of scratch) far from overflow. */
+#define UB_MAX_SEQ 256
+#define UB_MAX_TOKENS 268435456
+
 /* Status codes returned by the C entry points. */
 enum {
     UB_OK = 0,
     UB_E_BATCH = -1,      /* invalid batch (llama.cpp: init failed, decode returns -1) */
     UB_E_NOMEM = -2,      /* allocation failed */
-    UB_E_ARG = -3,        /* invalid argument (bad n_ubatch, call order, ...) */
+    UB_E_ARG = -3,        /* invalid argument (bad n_ubatch, bad id, ...) */
+    UB_E_ORDER = -4,      /* a call made in the wrong order (split before init, nested transaction, ...) */
     UB_E_SPLIT = 1,       /* the tokens cannot be cut into ubatches */
     UB_E_KVFULL = 2       /* no KV slot for a ubatch */
 };
