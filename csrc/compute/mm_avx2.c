@@ -1,5 +1,5 @@
 /* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
- * time (matmul.c). Contracts: mm_internal.h. BF16 has no AVX2 kernel here and uses the generic one. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
+ * time (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
  *
  * Every kernel body is instantiated for nr = 1..4 (row tile); for each activation row it keeps its own
  * accumulators and performs the same operations in the same order whatever nr is: the weight block is
@@ -298,16 +298,30 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
 DISPATCH(dot_q2_k, B_Q2_K)
 DISPATCH(dot_q3_k, B_Q3_K)
 
-/* ---- F32 / F16 (activations rounded to f16): two 8-lane accumulators per row (even / odd 8-element
+/* ---- F32 / F16 / BF16 (activations rounded to f16 / bf16): two 8-lane accumulators per row (even / odd 8-element
  * steps), combined, then hsum, then the k % 8 tail in order ---- */
+
+/* 8 bf16 values -> 8 floats (exact: the bits shifted into the high half) */
+INL AVX2 __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* one f16 (kind 1) or bf16 (kind 2) value as float */
+INL AVX2 float sc16(uint16_t h, const int kind) {
+    if (kind == 1) return _cvtsh_ss(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                      int64_t ys, const int f16) {
     __m256 a0[UB_MM_RT], a1[UB_MM_RT];
     for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
-#define LDW(off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + (off)))) : _mm256_loadu_ps((const float *)w + (off)))
-#define LDA(r, off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(a + (r) * as) + (off)))) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
+#define LD16(p) (f16 == 2 ? bf16x8((const uint16_t *)(p)) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+#define LDW(off) (f16 ? LD16((const uint16_t *)w + (off)) : _mm256_loadu_ps((const float *)w + (off)))
+#define LDA(r, off) (f16 ? LD16((const uint16_t *)(a + (r) * as) + (off)) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
     for (; i + 16 <= k; i += 16) {
         const __m256 w0 = LDW(i), w1 = LDW(i + 8);
         for (int r = 0; r < nr; r++) {
@@ -322,11 +336,12 @@ INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, 
     }
 #undef LDW
 #undef LDA
+#undef LD16
     for (int r = 0; r < nr; r++) {
         float s = hsum(_mm256_add_ps(a0[r], a1[r]));
         for (int64_t j = i; j < k; j++) {
-            const float wv = f16 ? _cvtsh_ss(((const uint16_t *)w)[j]) : ((const float *)w)[j];
-            const float av = f16 ? _cvtsh_ss(((const uint16_t *)(a + r * as))[j]) : ((const float *)(a + r * as))[j];
+            const float wv = f16 ? sc16(((const uint16_t *)w)[j], f16) : ((const float *)w)[j];
+            const float av = f16 ? sc16(((const uint16_t *)(a + r * as))[j], f16) : ((const float *)(a + r * as))[j];
             s += wv * av;
         }
         y[r * ys] = s;
@@ -334,13 +349,16 @@ INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, 
 }
 #define B_F32(...) body_f(__VA_ARGS__, 0)
 #define B_F16(...) body_f(__VA_ARGS__, 1)
+#define B_BF16(...) body_f(__VA_ARGS__, 2)
 DISPATCH(dot_f32, B_F32)
 DISPATCH(dot_f16, B_F16)
+DISPATCH(dot_bf16, B_BF16)
 
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     switch (type) {
     case UB_T_F32: return dot_f32;
     case UB_T_F16: return dot_f16;
+    case UB_T_BF16: return dot_bf16;
     case UB_T_Q4_0: return dot_q4_0;
     case UB_T_Q4_1: return dot_q4_1;
     case UB_T_Q5_0: return dot_q5_0;
