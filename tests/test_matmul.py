@@ -106,6 +106,19 @@ def test_native_dtype_data_and_memmap(tmp_path):
     assert np.array_equal(mm.matmul(x, w16), mm.matmul(x, mm.QWeight(int(T.F16), 6, 40, W.astype(np.float16))))
 
 
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_non_finite_activations_give_nan_rows_only(t, backend):
+    rng = np.random.default_rng(int(t) + 21)
+    n_rows, k = 5, _cols(t)
+    w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
+    x = _act_rows(4, k, rng)
+    clean = mm.matmul(x, w)
+    x[1, 3], x[2, -1] = np.nan, np.inf
+    y = mm.matmul(x, w)
+    assert np.isnan(y[1]).all() and not np.isfinite(y[2]).any()
+    assert np.array_equal(y[[0, 3]], clean[[0, 3]])
+
+
 def test_empty_shapes():
     w = mm.QWeight(int(T.Q8_0), 0, 64, np.zeros(0, np.uint8))
     assert mm.matmul(np.zeros((3, 64), np.float32), w).shape == (3, 0)
