@@ -67,7 +67,7 @@ def test_activation_quantisation_bytes(t, backend):
 @pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
 def test_matmul_batch_invariant_bitwise(t, backend):
     rng = np.random.default_rng(int(t) + 3)
-    n_rows, k = 29, _cols(t)
+    n_rows, k = 301, _cols(t)  # enough work for the call of 33 rows to run on 2 threads (matmul.c)
     w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
     x = _act_rows(33, k, rng)
     full = mm.matmul(x, w, n_threads=2)
