@@ -71,7 +71,7 @@ def _ref_lists(mask, pos):
 def test_visible_cells_sorted_by_position():
     rng = np.random.default_rng(2)
     mask = np.where(rng.random((3, 5, 40)) < 0.4, 0, -np.inf).astype(np.float32)
-    pos = rng.integers(0, 30, size=(3, 40)).astype(np.int32)  # repeated positions: ties by cell index
+    pos = rng.integers(-5, 30, size=(3, 40)).astype(np.int32)  # repeated (and negative) positions: ties by cell index
     off, cells = ops.visible_cells(mask, pos)
     roff, rcells = _ref_lists(mask, pos)
     assert np.array_equal(off, roff) and np.array_equal(cells, rcells)

@@ -48,13 +48,13 @@ int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t p
     for (int32_t g = 0; g < ns && rc == UB_OK; g++) {
         /* the group's cells sorted once by (position, cell index) */
         for (int32_t j = 0; j < n_kv; j++)
-            key[j] = ((int64_t)pos[(int64_t)g * n_kv + j] << 32) | (int64_t)(uint32_t)j;
+            key[j] = (int64_t)pos[(int64_t)g * n_kv + j] * ((int64_t)1 << 32) + j; /* (pos, j), pos may be < 0 */
         qsort(key, (size_t)n_kv, sizeof(int64_t), cmp_key);
         for (int32_t r = 0; r < per && rc == UB_OK; r++) {
             const int64_t row = (int64_t)g * per + r;
             const float *m = mask + row * n_kv;
             for (int32_t j = 0; j < n_kv; j++) {
-                const int32_t c = (int32_t)(key[j] & 0xffffffff);
+                const int32_t c = (int32_t)(key[j] & 0xffffffff); /* j < 2^31: the low word, whatever pos's sign */
                 const float v = m[c];
                 if (v == -INFINITY) continue;
                 if (v != 0.0f || t >= cap) {
