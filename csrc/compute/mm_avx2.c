@@ -23,8 +23,64 @@ int ub_mm_cpu_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+/* Q8_0 / Q8_1 activation blocks with AVX2, byte for byte the generic quantiser's (mm_act.c): the same
+ * max, the same f32 division and product, round half to even; a block holding a NaN or an infinity is
+ * handed to the generic code. Q8_K and the float kinds use the generic code (cheap next to the dots). */
+static AVX2 void quant_q8_avx2(const float *x, int64_t nblk, uint8_t *out, const int q81) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
+    const size_t bs = q81 ? sizeof(ub_act_q8_1) : sizeof(ub_act_q8_0);
+    for (int64_t ib = 0; ib < nblk; ib++) {
+        const float *xb = x + 32 * ib;
+        uint8_t *ob = out + (size_t)ib * bs;
+        __m256 v[4], a[4];
+        int ok = 1;
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(xb + 8 * j);
+            a[j] = _mm256_and_ps(v[j], absm);
+            ok &= _mm256_movemask_ps(_mm256_cmp_ps(a[j], fmax, _CMP_LE_OQ)) == 0xff;
+        }
+        if (!ok) {
+            ub_mm_quant_row_generic(q81 ? UB_ACT_Q8_1 : UB_ACT_Q8_0, xb, 32, ob);
+            continue;
+        }
+        __m256 m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const __m256 idv = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int j = 0; j < 4; j++)
+            q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        /* pack 4 x 8 int32 to 32 int8 in element order */
+        const __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+        __m256i b = _mm256_packs_epi16(p01, p23);
+        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const float d16 = _cvtsh_ss(dh);
+        if (q81) {
+            ub_act_q8_1 *o = (ub_act_q8_1 *)ob;
+            o->d = d16;
+            _mm256_storeu_si256((__m256i *)o->qs, b);
+            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            o->s = _cvtsh_ss(_cvtss_sh(d * (float)_mm_cvtsi128_si32(s4), _MM_FROUND_TO_NEAREST_INT));
+        } else {
+            ub_act_q8_0 *o = (ub_act_q8_0 *)ob;
+            o->d = d16;
+            _mm256_storeu_si256((__m256i *)o->qs, b);
+        }
+    }
+}
+
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) {
-    ub_mm_quant_row_generic(act, x, k, out); /* same bytes; cheap next to the dots */
+    if (act == UB_ACT_Q8_0 || act == UB_ACT_Q8_1) quant_q8_avx2(x, k / 32, out, act == UB_ACT_Q8_1);
+    else ub_mm_quant_row_generic(act, x, k, out);
 }
 
 INL AVX2 float h2f(const uint8_t *p) {
