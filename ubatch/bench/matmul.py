@@ -85,6 +85,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-numpy", action="store_true", help="skip numpy's f32 BLAS comparison")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
+    bad = [m for m in args.models.split(",") if m not in MODELS]
+    if bad:
+        print(f"ubatch bench matmul: unknown model(s) {', '.join(bad)} (choose from {', '.join(MODELS)})",
+              file=sys.stderr)
+        return 2
     threads = [int(x) for x in args.threads.split(",")]
     ns = [int(x) for x in (args.n or ("1,32" if args.quick else "1,32,512")).split(",")]
     have_avx2 = mm.set_backend("avx2") == "avx2"
