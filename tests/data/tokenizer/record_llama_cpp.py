@@ -98,44 +98,57 @@ def record_one(lv: LlamaVocab, item) -> dict:
     return rec
 
 
+def record_vocab(path: str, tag: str, n: int, seed: int, check: bool, here: str) -> int:
+    """Record (or, with check, compare) one vocabulary; returns the number of differences (check) or 0."""
+    lv = LlamaVocab(path)
+    items = textgen.make_texts(seed, n, lv.special_texts())
+    t0 = time.time()
+    header = {"vocab": os.path.basename(path), "tag": tag, "seed": seed, "n_texts": len(items),
+              "llama_cpp_python": "0.3.36", "llama_cpp_commit": "0c1e57098", "n_vocab": lv.n_vocab,
+              "eot": lv.L.llama_vocab_eot(lv.vocab),
+              "pieces_sha256": {f"special{int(s)}_lstrip{l}": piece_digest(lv.piece, lv.n_vocab, s, l)
+                                for s in (True, False) for l in (0, 1)}}
+    recs = [record_one(lv, it) for it in items]
+    print(f"{tag}: {len(recs)} texts recorded from llama.cpp in {time.time() - t0:.1f} s", file=sys.stderr)
+    if check:
+        from ubatch import Tokenizer
+        from tests.tokenizer_vectors import check_record, check_header
+        tok = Tokenizer.from_gguf(path)
+        problems = check_header(tok, header)
+        for k, r in enumerate(recs):
+            problems += [f"#{k}: {p}" for p in check_record(tok, r)]
+        print(f"{tag}: {len(problems)} differences", file=sys.stderr)
+        for p in problems[:20]:
+            print("  ", p[:300], file=sys.stderr)
+        return len(problems)
+    out = os.path.join(here, f"{tag}.jsonl.gz")
+    with gzip.open(out, "wt", encoding="utf-8", compresslevel=9) as f:
+        f.write(json.dumps(header, ensure_ascii=False) + "\n")
+        for r in recs:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true", help="compare ubatch.Tokenizer instead of recording")
-    ap.add_argument("--n", type=int, default=400, help="texts per model")
+    ap.add_argument("--n", type=int, default=400, help="texts per real model")
+    ap.add_argument("--n-mini", type=int, default=250, help="texts per mini vocabulary")
     ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--only", choices=["real", "mini", "all"], default="all")
     args = ap.parse_args()
-    from ubatch.model import fetch
     here = os.path.dirname(os.path.abspath(__file__))
-    for name, tag in MODELS.items():
-        path = str(fetch.path(name))
-        lv = LlamaVocab(path)
-        items = textgen.make_texts(args.seed, args.n, lv.special_texts())
-        t0 = time.time()
-        header = {"model": name, "tag": tag, "seed": args.seed, "n_texts": len(items), "llama_cpp_python": "0.3.36",
-                  "llama_cpp_commit": "0c1e57098", "n_vocab": lv.n_vocab,
-                  "eot": lv.L.llama_vocab_eot(lv.vocab),
-                  "pieces_sha256": {f"special{int(s)}_lstrip{l}": piece_digest(lv.piece, lv.n_vocab, s, l)
-                                    for s in (True, False) for l in (0, 1)}}
-        recs = [record_one(lv, it) for it in items]
-        print(f"{name}: {len(recs)} texts recorded from llama.cpp in {time.time() - t0:.1f} s", file=sys.stderr)
-        if args.check:
-            from ubatch import Tokenizer
-            sys.path.insert(0, os.path.join(here, "..", "..", ".."))
-            from tests.tokenizer_vectors import check_record, check_header
-            tok = Tokenizer.from_gguf(path)
-            problems = check_header(tok, header)
-            for k, r in enumerate(recs):
-                problems += [f"#{k}: {p}" for p in check_record(tok, r)]
-            print(f"{name}: {len(problems)} differences", file=sys.stderr)
-            for p in problems[:20]:
-                print("  ", p[:300], file=sys.stderr)
-            continue
-        out = os.path.join(here, f"{tag}.jsonl.gz")
-        with gzip.open(out, "wt", encoding="utf-8", compresslevel=9) as f:
-            f.write(json.dumps(header, ensure_ascii=False) + "\n")
-            for r in recs:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        print(f"wrote {out}", file=sys.stderr)
+    bad = 0
+    if args.only in ("real", "all"):
+        from ubatch.model import fetch
+        for name, tag in MODELS.items():
+            bad += record_vocab(str(fetch.path(name)), tag, args.n, args.seed, args.check, here)
+    if args.only in ("mini", "all"):
+        for f in sorted(os.listdir(here)):
+            if f.startswith("mini-") and f.endswith(".gguf"):
+                bad += record_vocab(os.path.join(here, f), f[:-5], args.n_mini, args.seed + 1, args.check, here)
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":
