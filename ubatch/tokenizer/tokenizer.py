@@ -134,13 +134,17 @@ class Tokenizer:
 
     # --- detokenize ---
     def _ids_array(self, ids: Iterable[int]) -> np.ndarray:
-        arr = ids if isinstance(ids, np.ndarray) else np.asarray(list(ids) if not isinstance(ids, (list, tuple))
-                                                                  else ids)
+        if not isinstance(ids, (np.ndarray, list, tuple)):
+            ids = list(ids)
+        try:
+            arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        except ValueError:
+            raise TypeError("ids must be a 1-D sequence of ints") from None
         if arr.size == 0:
             return np.zeros(0, dtype=np.int32)
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             if arr.ndim == 1:   # name the culprit (error path only)
-                for k, t in enumerate(arr.tolist()):
+                for k, t in enumerate(ids.tolist() if isinstance(ids, np.ndarray) else ids):
                     if isinstance(t, bool) or not isinstance(t, int):
                         raise TypeError(f"ids[{k}] must be an int, not {type(t).__name__}")
             raise TypeError("ids must be a 1-D sequence of ints")
