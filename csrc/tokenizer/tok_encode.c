@@ -67,3 +67,9 @@ int32_t ub_tok_piece(const ub_tok *t, int32_t id, int32_t special, int32_t lstri
     *piece = p;
     return (int32_t)n;
 }
+
+const uint8_t *ub_tok_pieces(const ub_tok *t, const int64_t **offsets) {
+    if (!t || !t->finalized) return NULL;
+    *offsets = t->piece_off;
+    return t->pieces;
+}
