@@ -1,5 +1,6 @@
 /* llama_tokenize (llama_vocab::impl::tokenize for SPM and BPE) and llama_token_to_piece. */
 #include "tok_internal.h"
+#include "tok_unicode.h"
 
 static int spm_fragment(const ub_tok *t, const uint8_t *s, int64_t n, int prefix, ivec *out, char *err,
                         int32_t err_len) {
@@ -73,3 +74,5 @@ const uint8_t *ub_tok_pieces(const ub_tok *t, const int64_t **offsets) {
     *offsets = t->piece_off;
     return t->pieces;
 }
+
+int32_t ub_tok_cpt_class(uint32_t cp) { return ucd_byte(cp); }

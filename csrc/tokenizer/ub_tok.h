@@ -71,6 +71,9 @@ int32_t ub_tok_piece(const ub_tok *t, int32_t id, int32_t special, int32_t lstri
 /* The whole piece cache: *offsets = int64[n_tokens + 1] (piece i is bytes [offsets[i], offsets[i+1])), both
  * owned by t and valid while it lives; NULL before ub_tok_finalize. */
 const uint8_t *ub_tok_pieces(const ub_tok *t, const int64_t **offsets);
+/* The Unicode 15.1 class byte of code point cp (class = byte & 7: 0 undefined, 1 number, 2 letter, 3 separator,
+ * 4 mark, 5 punctuation, 6 symbol, 7 control; byte & 8: llama.cpp's whitespace set); cp >= 0x110000 -> 0. */
+int32_t ub_tok_cpt_class(uint32_t cp);
 /* cdef:end */
 
 #endif
