@@ -79,7 +79,7 @@ int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_s
         present = (uint8_t *)calloc((size_t)t->n_special, 1);
         if (!present) goto oom;
         if (mark_present(t, text, len, present, &ranks)) goto oom;
-        qsort(ranks.v, (size_t)ranks.n, sizeof(int32_t), cmp_i32);   /* cache order: longest text first */
+        if (ranks.n > 1) qsort(ranks.v, (size_t)ranks.n, sizeof(int32_t), cmp_i32);   /* cache order: longest text first */
     }
     for (int64_t r = 0; r < ranks.n; r++) {
         int32_t sid = t->special[ranks.v[r]];
