@@ -158,6 +158,8 @@ def test_bad_inputs_never_crash(tmp_path):
     with pytest.raises(TypeError):
         t.token_to_piece("1")
     assert t.decode([]) == "" and t.encode("") == [] and t.token_to_piece(0, lstrip=5) == b"!"
+    many = t.encode(b"\xff" * 100, add_special=False, strict_utf8=False)   # more ids than bytes: the retry path
+    assert len(many) > 116 and t.decode_bytes(many) == "\ufffd".encode() * 100
     big = "x" * 300_000 + " y" * 100_000
     assert len(t.encode(big)) > 0
 

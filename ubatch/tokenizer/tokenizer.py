@@ -127,7 +127,7 @@ class Tokenizer:
         llama.cpp does."""
         data = _utf8(text, strict_utf8)
         err = ffi.new("char[]", 512)
-        cap = 3 * len(data) + 8
+        cap = len(data) + 16           # tokens <= bytes almost always; else one exact retry
         for _ in range(2):
             out = np.empty(cap, dtype=np.int32)
             n = lib.ub_tok_encode(self._h, data, len(data), int(bool(add_special)), int(bool(parse_special)),
