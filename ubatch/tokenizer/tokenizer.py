@@ -63,6 +63,7 @@ class Tokenizer:
         self.fim_sep: int = vocab.ids["fim_sep"]
         self.add_bos: bool = vocab.add_bos
         self.add_eos: bool = vocab.add_eos
+        self.add_sep: bool = vocab.add_sep
         self.add_space_prefix: bool = vocab.add_space_prefix
         self.model: str = vocab.model           # tokenizer.ggml.model
         self.pre: str = vocab.pre               # tokenizer.ggml.pre as used
@@ -78,6 +79,19 @@ class Tokenizer:
         self._piece_off = memoryview(bytes(off)).cast("q")
         self._pieces = ffi.buffer(base, self._piece_off[self.n_vocab])[:]
         self._attr_mv = memoryview(ffi.buffer(lib.ub_tok_attrs(self._h), 4 * self.n_vocab)).cast("i")
+        self.nl: int = self._linefeed()         # llama_vocab_nl
+
+    def _linefeed(self) -> int:
+        """llama.cpp's linefeed id: SPM byte_to_token('\\n') (<0x0A>, else the 1-byte text, else pad); BPE the first
+        token of tokenizing "\\n" (else pad)."""
+        if self.vocab_type == 1:
+            for text in (b"<0x0A>", b"\n"):
+                i = int(lib.ub_tok_find(self._h, text, len(text)))
+                if i >= 0:
+                    return i
+            return self.pad
+        ids = self.encode("\n", add_special=False)
+        return ids[0] if ids else self.pad
 
     @classmethod
     def from_gguf(cls, path: "str | os.PathLike[str]") -> "Tokenizer":
