@@ -17,7 +17,7 @@ MINI = sorted(f[:-5] for f in os.listdir(DATA) if f.startswith("mini-") and f.en
 
 def test_all_minis_present():
     assert {"mini-spm", "mini-phi3", "mini-bpe-default", "mini-bpe-gpt-2", "mini-bpe-llama-bpe", "mini-bpe-qwen2",
-            "mini-bpe-smollm", "mini-bpe-starcoder"} <= set(MINI)
+            "mini-bpe-smollm", "mini-bpe-starcoder", "mini-bpe-lstrip"} <= set(MINI)
 
 
 @pytest.mark.parametrize("tag", MINI)
