@@ -3,7 +3,6 @@
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
     ubatch bench kv|attention|decode [ARGS...]    the KV-cache / attention / decode benchmarks, when built
-    ubatch bench tokenizer [ARGS...]              the tokenizer vs llama-cpp-python
 """
 from __future__ import annotations
 
@@ -20,11 +19,10 @@ FULL_N_UBATCH = [16, 32, 64, 128, 256, 512]
 
 # sub-command -> (package module, file of a source checkout, what it measures)
 KERNEL_BENCHES = {
+    "tokenizer": ("ubatch.bench.tokenizer_bench", "bench_tokenizer.py", "tokenizer: tokens/s vs llama-cpp-python"),
     "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
     "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
-    "tokenizer": ("ubatch.bench.tokenizer_bench", "bench_tokenizer.py",
-                  "tokenizer: tokens/s on a 100 kB mixed text vs llama-cpp-python, vocab load time"),
 }
 
 
@@ -67,7 +65,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the families and strategies, then exit")
     p.set_defaults(func=run_suite)
-    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,tokenizer}")
+    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
     from ubatch.bench import split_bench
