@@ -5,8 +5,8 @@
 
 #include "ub_common.h"
 #include "ub_alloc.h"
-#include "ub_tok.h"
 #include "ub_kv.h"
 #include "ub_compute.h"
+#include "ub_tok.h"
 
 #endif
