@@ -176,3 +176,12 @@ def test_chat_template_errors():
         t.apply_chat_template(["hi"], template="x")
     with pytest.raises(TokenizerError, match="failed"):    # the sandbox refuses attribute access to internals
         t.apply_chat_template([{"role": "u"}], template="{{ messages.__class__.__mro__ }}")
+
+
+def test_chat_template_environment():
+    t = Tokenizer.from_gguf(os.path.join(DATA, "mini-bpe-qwen2.gguf"))
+    msgs = [{"role": "user", "content": "héllo"}, {"role": "assistant", "content": "ok"}]
+    tpl = ("{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m | tojson }}{% endfor %}"
+           "{% generation %}[{{ tools[0].name if tools else 'none' }}]{% endgeneration %}{{ bos_token }}")
+    assert t.apply_chat_template(msgs, template=tpl) == '{"role": "user", "content": "héllo"}[none]<|endoftext|>'
+    assert t.apply_chat_template(msgs, template=tpl, tools=[{"name": "f"}]).endswith("[f]<|endoftext|>")

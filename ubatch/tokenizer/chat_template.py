@@ -1,5 +1,6 @@
-"""Chat templates: the GGUF's Jinja template rendered with jinja2's sandboxed environment, with the helpers
-HF / llama-cpp-python templates expect (raise_exception, strftime_now, tojson that keeps non-ASCII)."""
+"""Chat templates: the GGUF's Jinja template rendered with jinja2's sandboxed environment, set up as
+Transformers / llama-cpp-python do: trim_blocks + lstrip_blocks, the loopcontrols extension, `{% generation %}`
+tags ignored, tojson keeping non-ASCII, and raise_exception / strftime_now."""
 from __future__ import annotations
 
 import datetime
@@ -8,6 +9,22 @@ from functools import lru_cache
 from typing import Sequence
 
 from ubatch.tokenizer.errors import TokenizerError
+
+
+def _generation_tags():
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationTags(Extension):
+        """`{% generation %}...{% endgeneration %}` (Transformers' assistant-mask markers): renders the body."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationTags
 
 
 @lru_cache(maxsize=16)
@@ -24,7 +41,8 @@ def _compile(template: str):
     def tojson(x, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
         return json.dumps(x, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_generation_tags(), "jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     env.filters["tojson"] = tojson
