@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.tokenizer_vectors import check_header, check_record
+from tokenizer_vectors import check_header, check_record
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tokenizer")
 MINI = sorted(f[:-5] for f in os.listdir(DATA) if f.startswith("mini-") and f.endswith(".gguf"))

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.tokenizer_vectors import MODES, check_header, check_record
+from tokenizer_vectors import MODES, check_header, check_record
 
 pytestmark = pytest.mark.realmodel
 HERE = os.path.dirname(os.path.abspath(__file__))

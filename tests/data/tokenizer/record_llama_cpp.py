@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))   # tests/
 import texts as textgen  # noqa: E402
 
 MODELS = {"gemma3-270m": "gemma3-270m-q4_k_m", "qwen2.5-0.5b": "qwen2.5-coder-0.5b-q4_k_m"}
@@ -113,7 +114,7 @@ def record_vocab(path: str, tag: str, n: int, seed: int, check: bool, here: str)
     print(f"{tag}: {len(recs)} texts recorded from llama.cpp in {time.time() - t0:.1f} s", file=sys.stderr)
     if check:
         from ubatch import Tokenizer
-        from tests.tokenizer_vectors import check_record, check_header
+        from tokenizer_vectors import check_record, check_header
         tok = Tokenizer.from_gguf(path)
         problems = check_header(tok, header)
         for k, r in enumerate(recs):
