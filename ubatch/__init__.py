@@ -10,6 +10,8 @@ from ubatch.engine.context import Context
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model.gguf_model import Model
 from ubatch import models
+from ubatch.tokenizer import Tokenizer
 
-__all__ = ["Batch", "BatchAllocator", "BatchError", "CallOrderError", "ComputeResult", "Context", "KVCacheFullError", "KVCache",
-           "KVCacheISWA", "Model", "Placement", "models", "RewindError", "SplitError", "UBatch", "UbatchError"]
+__all__ = ["Batch", "BatchAllocator", "BatchError", "CallOrderError", "ComputeResult", "Context", "KVCache",
+           "KVCacheFullError", "KVCacheISWA", "Model", "models", "Placement", "RewindError", "SplitError",
+           "Tokenizer", "UBatch", "UbatchError"]
