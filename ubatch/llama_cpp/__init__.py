@@ -4,3 +4,5 @@ The low-level API is `ubatch.llama_cpp.llama_cpp` (re-exported here, as llama_cp
 from ubatch.llama_cpp.llama_cpp import *  # noqa: F401,F403
 
 __version__ = "0.3.36"
+from ubatch.llama_cpp.llama import *  # noqa: F401,F403,E402
+from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403,E402

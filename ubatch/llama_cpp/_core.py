@@ -225,7 +225,7 @@ def _snprintf(buf, size: int, s: str) -> int:
     return len(data)
 
 
-@cfunc([_vp, _cp, _sz], _i32)
+@cfunc([_vp, _vp, _sz], _i32)
 def llama_model_desc(model, buf, buf_size):
     m = _obj(model, "model", "llama_model_desc")
     if m is None:
@@ -236,13 +236,7 @@ def llama_model_desc(model, buf, buf_size):
     return _snprintf(buf, buf_size, f"{m.arch} ?B {ft}")
 
 
-def _meta_args(fn_name):
-    def deco(body):
-        return body
-    return deco
-
-
-@cfunc([_vp, _cp, _cp, _sz], _i32)
+@cfunc([_vp, _cp, _vp, _sz], _i32)
 def llama_model_meta_val_str(model, key, buf, buf_size):
     m = _obj(model, "model", "llama_model_meta_val_str")
     if m is None or key is None:
@@ -255,7 +249,7 @@ def llama_model_meta_val_str(model, key, buf, buf_size):
     return _snprintf(buf, buf_size, v)
 
 
-@cfunc([_vp, _i32, _cp, _sz], _i32)
+@cfunc([_vp, _i32, _vp, _sz], _i32)
 def llama_model_meta_key_by_index(model, i, buf, buf_size):
     m = _obj(model, "model", "llama_model_meta_key_by_index")
     if m is None or not (0 <= i < len(m.meta)):
@@ -265,7 +259,7 @@ def llama_model_meta_key_by_index(model, i, buf, buf_size):
     return _snprintf(buf, buf_size, list(m.meta)[i])
 
 
-@cfunc([_vp, _i32, _cp, _sz], _i32)
+@cfunc([_vp, _i32, _vp, _sz], _i32)
 def llama_model_meta_val_str_by_index(model, i, buf, buf_size):
     m = _obj(model, "model", "llama_model_meta_val_str_by_index")
     if m is None or not (0 <= i < len(m.meta)):

@@ -70,6 +70,10 @@ def address(h: Any) -> int:
         return h & (2**64 - 1)
     if isinstance(h, ctypes.c_void_p):
         return h.value or 0
+    if isinstance(h, (ctypes.Array, ctypes.Structure)):
+        return ctypes.addressof(h)
+    if isinstance(h, ctypes.c_char_p):
+        return ctypes.cast(h, ctypes.c_void_p).value or 0
     if isinstance(h, ctypes._Pointer):
         return ctypes.cast(h, ctypes.c_void_p).value or 0
     for attr in ("_handle", "ctx", "model", "sampler", "vocab", "memory"):
