@@ -241,7 +241,8 @@ class LlamaSampler:
 
     def add_penalties(self, n_vocab: int, penalty_last_n: int, penalty_repeat: float, penalty_freq: float,
                       penalty_present: float):
-        self._add(L.llama_sampler_init_penalties(penalty_last_n, penalty_repeat, penalty_freq, penalty_present))
+        self._add(L.llama_sampler_init_penalties(n_vocab, penalty_last_n, penalty_repeat, penalty_freq,
+                                                 penalty_present))
 
     def add_grammar(self, model, grammar):
         raise NotImplementedError("grammar-constrained sampling (LlamaGrammar / GBNF) is not implemented in "

@@ -422,7 +422,7 @@ class TopNSigma(Sampler):
         else:
             mx, std = _f32(lg[0]), np.float32(0)
         lg[lg < mx - self.n * std] = _NEG_INF
-        softmax(cur, True)
+        softmax(cur, False)
 
 
 class Mirostat(Sampler):

@@ -154,7 +154,12 @@ llama_sampler_init_xtc = _init("llama_sampler_init_xtc", [_f, _f, _sz, _u32], S.
 llama_sampler_init_top_n_sigma = _init("llama_sampler_init_top_n_sigma", [_f], S.TopNSigma)
 llama_sampler_init_mirostat = _init("llama_sampler_init_mirostat", [_i32, _u32, _f, _f, _i32], S.Mirostat)
 llama_sampler_init_mirostat_v2 = _init("llama_sampler_init_mirostat_v2", [_u32, _f, _f], S.MirostatV2)
-llama_sampler_init_penalties = _init("llama_sampler_init_penalties", [_i32, _f, _f, _f], S.Penalties)
+
+
+@cfunc([_i32, _i32, _f, _f, _f], _SP)
+def llama_sampler_init_penalties(n_vocab, penalty_last_n, penalty_repeat, penalty_freq, penalty_present):
+    """0.3.36's 5-argument form (n_vocab first, unused)."""
+    return _new(S.Penalties(penalty_last_n, penalty_repeat, penalty_freq, penalty_present))
 
 
 @cfunc([_i32, _i32, _P(llama_logit_bias)], _SP)

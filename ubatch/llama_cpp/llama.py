@@ -171,6 +171,7 @@ class Llama:
             cp.n_seq_max = max(int(n_seq_max), 1)
             cp.kv_unified = True
         self.n_seq_max = int(cp.n_seq_max)
+        self._batched = n_seq_max is not None and self.n_seq_max > 1
 
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
@@ -457,7 +458,9 @@ class Llama:
             raise NotImplementedError("create_completion(grammar=...): grammar-constrained sampling is not "
                                       "implemented in ubatch.llama_cpp")
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
-        if multi or n > 1 or (self.n_seq_max > 1 and not stream):
+        single_only = any(args.get(k) is not None for k in ("logprobs", "logits_processor", "stopping_criteria",
+                                                              "logit_bias"))
+        if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:
                 raise NotImplementedError("create_completion(stream=True) with several prompts or n > 1")
