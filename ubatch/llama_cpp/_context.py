@@ -81,6 +81,30 @@ class CContext:
 
     def outputs_changed(self) -> None:
         self._keep = []
+        self.restored = None
+
+    # outputs: the live ones of the last decode, or those restored with a saved state until the next decode
+    restored = None
+
+    def snapshot_outputs(self):
+        try:
+            return (np.array(self.ctx.get_logits(), np.float32), self.ctx.output_ids.copy(), self.ctx.n_outputs)
+        except Exception:
+            return None
+
+    def logits_rows(self) -> np.ndarray:
+        if self.restored is not None:
+            return self.restored[0]
+        return self.ctx.get_logits()
+
+    def logits_ith(self, i: int) -> np.ndarray:
+        if self.restored is None:
+            return self.ctx.get_logits_ith(i)
+        rows, ids, n = self.restored
+        j = n + i if i < 0 else (int(ids[i]) if 0 <= i < len(ids) else -1)
+        if not 0 <= j < n:
+            raise IndexError(f"invalid logits id {i}")
+        return rows[j]
 
     def count(self, n_tokens: int, seconds: float) -> None:
         if n_tokens > 1:

@@ -35,7 +35,7 @@ def _obj(h, kind: str, fn: str):
 
 
 # ------------------------------------------------------------------ backend and system
-def llama_backend_init(*_args) -> None:
+def llama_backend_init(*_args, **_kwargs) -> None:
     """No-op (ubatch needs no backend initialisation); accepts the old `numa` argument too."""
 
 
@@ -376,7 +376,7 @@ def _pointer(c: CContext, arr: np.ndarray):
 def _rows(c: CContext, what: str):
     try:
         if what == "logits":
-            return np.ascontiguousarray(c.ctx.get_logits(), dtype=np.float32)
+            return np.ascontiguousarray(c.logits_rows(), dtype=np.float32)
         return np.ascontiguousarray(c.ctx.get_embeddings(), dtype=np.float32)
     except Exception as e:      # no decode yet / planning-only context / wrong mode
         _log.error(f"llama_get_{what}: {e}")
@@ -396,7 +396,7 @@ def llama_get_logits_ith(ctx, i):
     if c is None:
         return _NULL_F()
     try:
-        row = np.ascontiguousarray(c.ctx.get_logits_ith(i), dtype=np.float32)
+        row = np.ascontiguousarray(c.logits_ith(i), dtype=np.float32)
     except Exception as e:
         _log.error(f"llama_get_logits_ith: {e}")
         return _NULL_F()

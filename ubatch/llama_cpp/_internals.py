@@ -44,7 +44,7 @@ class LlamaModel:
         return L.llama_vocab_nl(self.vocab)
 
     def token_cls(self) -> int:
-        return L.llama_vocab_cls(self.vocab) if hasattr(L, "llama_vocab_cls") else -1
+        return L.llama_vocab_bos(self.vocab)      # llama_vocab_cls is llama.cpp's deprecated alias of bos
 
     def token_sep(self) -> int:
         return L.llama_vocab_sep(self.vocab)

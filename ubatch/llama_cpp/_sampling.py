@@ -297,7 +297,7 @@ def llama_sampler_sample(smpl, ctx, idx):
     from ubatch.llama_cpp._handles import REGISTRY
     c = REGISTRY.get(ctx, "context")
     try:
-        row = c.ctx.get_logits_ith(idx)
+        row = c.logits_ith(idx)
     except (IndexError, Exception) as e:
         raise ValueError(f"llama_sampler_sample: no logits for idx {idx}: {e}") from None
     return sample_row(smpl, np.asarray(row, np.float32))

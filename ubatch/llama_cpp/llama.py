@@ -583,17 +583,19 @@ class Llama:
         from ubatch.llama_cpp._handles import REGISTRY
         c = REGISTRY.get(self._ctx.ctx, "context")
         runner = c.ctx._runner
-        snap = (c.kv.snapshot(), runner.snapshot_kv() if runner is not None else None)
+        snap = (c.kv.snapshot(), runner.snapshot_kv() if runner is not None else None, c.snapshot_outputs())
         return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
                           llama_state=snap, llama_state_size=0, seed=self._seed)
 
     def load_state(self, state: LlamaState) -> None:
         from ubatch.llama_cpp._handles import REGISTRY
         c = REGISTRY.get(self._ctx.ctx, "context")
-        kv_snap, data_snap = state.llama_state
+        kv_snap, data_snap, outputs = state.llama_state
         c.kv.restore(kv_snap)
         if data_snap is not None:
             c.ctx._runner.restore_kv(data_snap)
+        c.outputs_changed()
+        c.restored = outputs
         self.scores[: state.n_tokens, :] = state.scores
         self.input_ids = state.input_ids.copy()
         self.n_tokens = state.n_tokens
