@@ -9,6 +9,7 @@ from ubatch.engine.context import Context
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model.gguf_model import Model
 from ubatch import models
+from ubatch.tokenizer import Tokenizer
 
 __all__ = ["Batch", "BatchAllocator", "BatchError", "ComputeResult", "Context", "KVCacheFullError", "KVCache",
-           "Model", "Placement", "models", "SplitError", "UBatch", "UbatchError"]
+           "Model", "Placement", "models", "SplitError", "Tokenizer", "UBatch", "UbatchError"]
