@@ -187,12 +187,7 @@ def _rope_type(m) -> int:
 
 
 def _n_params(m) -> int:
-    import gguf
-    try:
-        r = gguf.GGUFReader(m.path, "r")
-        return int(sum(int(t.n_elements) for t in r.tensors))
-    except Exception:
-        return 0
+    return int(m.n_params)
 
 
 llama_model_n_ctx_train = _model_int("llama_model_n_ctx_train", lambda m: m.hparam("n_ctx_train"))

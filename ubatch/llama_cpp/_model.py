@@ -27,18 +27,17 @@ def _meta_str(v) -> Optional[str]:
     return str(v)
 
 
-def read_metadata(path: str) -> Dict[str, object]:
-    import gguf
-    reader = gguf.GGUFReader(path, "r")
-    out: Dict[str, object] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            out[key] = field.contents()
-        except Exception:   # a value gguf cannot decode is left out, as an array would be
-            continue
-    return out
+def read_metadata(path: str):
+    """(metadata key -> value, number of weight elements) of a GGUF file (ubatch's own memory-mapped reader)."""
+    from ubatch.model.gguf_file import GGUFFile
+    f = GGUFFile(path)
+    n_params = 0
+    for t in f.tensors.values():
+        n = 1
+        for d in t.ne:
+            n *= int(d)
+        n_params += n
+    return dict(f.metadata), n_params
 
 
 def _load_tokenizer(path: str, raw: Dict[str, object]):
@@ -60,7 +59,16 @@ class CModel:
     def __init__(self, path: str, params) -> None:
         self.path = path
         self.vocab_only = bool(params.vocab_only)
-        self.raw = read_metadata(path)
+        self.model = None
+        if not self.vocab_only:
+            from ubatch.model.gguf_model import Model
+            self.model = Model.from_gguf(path)
+        gf = getattr(self.model, "file", None)
+        if gf is not None and hasattr(gf, "metadata") and hasattr(gf, "tensors"):
+            self.raw = dict(gf.metadata)
+            self.n_params = sum(int(np.prod([int(d) for d in t.ne])) for t in gf.tensors.values())
+        else:
+            self.raw, self.n_params = read_metadata(path)
         self.arch = str(self.raw.get("general.architecture", ""))
         self.meta: Dict[str, str] = {}
         for k, v in self.raw.items():
@@ -68,10 +76,6 @@ class CModel:
             if s is not None:
                 self.meta[k] = s
         self.tokenizer = _load_tokenizer(path, self.raw)
-        self.model = None
-        if not self.vocab_only:
-            from ubatch.model.gguf_model import Model
-            self.model = Model.from_gguf(path)
         toks = self.raw.get("tokenizer.ggml.tokens")
         if self.model is not None:
             self.n_vocab = int(self.model.n_vocab)

@@ -30,7 +30,9 @@ class CVocab:
         self.model = model
         self.tok = model.tokenizer
         self.raw = model.raw
-        self.type = _VOCAB_TYPES.get(str(self.raw.get("tokenizer.ggml.model", "no_vocab")), 0)
+        self.type = int(getattr(self.tok, "vocab_type", -1))
+        if self.type < 0:
+            self.type = _VOCAB_TYPES.get(str(self.raw.get("tokenizer.ggml.model", "no_vocab")), 0)
         self.n_tokens = int(getattr(self.tok, "n_vocab", model.n_vocab)) if self.tok is not None else model.n_vocab
         self.handle = REGISTRY.new("vocab", self)
 
@@ -107,7 +109,11 @@ class CVocab:
     def encode(self, text: bytes, add_special: bool, parse_special: bool) -> List[int]:
         if self.tok is None:
             raise NotImplementedError("tokenization: the model has no vocabulary (tokenizer.ggml.model = no_vocab)")
-        return list(self.tok.encode(text, add_special=bool(add_special), parse_special=bool(parse_special)))
+        try:
+            return list(self.tok.encode(text, add_special=bool(add_special), parse_special=bool(parse_special),
+                                        strict_utf8=False))
+        except TypeError:      # a tokenizer without the strict_utf8 switch
+            return list(self.tok.encode(text, add_special=bool(add_special), parse_special=bool(parse_special)))
 
     def piece(self, token: int, lstrip: int, special: bool) -> bytes:
         if self.tok is None:

@@ -500,10 +500,10 @@ class Llama:
         if self.chat_handler is not None:
             raise NotImplementedError("Llama(chat_handler=...): custom / multimodal chat handlers are not "
                                       "supported by ubatch.llama_cpp")
-        fmt = self._chat_handlers.get(self.chat_format)
+        fmt = self._chat_handlers.get(self.chat_format) or llama_chat_format.BUILTIN_FORMATS.get(self.chat_format)
         if fmt is None:
             raise NotImplementedError(f"chat format {self.chat_format!r}: ubatch.llama_cpp renders the GGUF's own "
-                                      f"chat template only (this model has none)")
+                                      f"chat template or the 'llama-2' format only")
         result = fmt(messages=messages)
         prompt = self.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
         stops = [stop] if isinstance(stop, str) else list(stop or [])

@@ -88,3 +88,26 @@ def chunks_to_chat(chunks: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]
                    "object": "chat.completion.chunk",
                    "choices": [{"index": 0, "delta": {"content": c["text"]},
                                 "logprobs": _chat_logprobs(c.get("logprobs")), "finish_reason": None}]}
+
+
+def format_llama2(*, messages: List[Dict[str, Any]], **kwargs) -> ChatFormatterResponse:
+    """llama-cpp-python's "llama-2" format (its fallback when the GGUF has no chat template)."""
+    system = next(((m.get("content") or "") for m in messages if m["role"] == "system"), "")
+    if system:
+        system = f"[INST] <<SYS>>\n{system}\n<</SYS>>"
+    roles = {"user": "<s>[INST]", "assistant": "[/INST]"}
+    turns = [(roles[m["role"]], m["content"] if isinstance(m.get("content"), str) else None)
+             for m in messages if m["role"] in roles]
+    seps = (" ", "</s>")
+    out = system + seps[0]
+    for i, (role, text) in enumerate(turns):
+        if system and i == 0:
+            out += (text or "") + seps[i % 2]
+        elif text:
+            out += role + text + " " + seps[i % 2]
+        else:
+            out += role + " "
+    return ChatFormatterResponse(prompt=out + "[/INST]")
+
+
+BUILTIN_FORMATS = {"llama-2": format_llama2}
