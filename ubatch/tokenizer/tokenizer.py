@@ -134,21 +134,24 @@ class Tokenizer:
 
     # --- detokenize ---
     def _ids_array(self, ids: Iterable[int]) -> np.ndarray:
-        if isinstance(ids, np.ndarray):
-            arr = ids
-        else:
+        if not isinstance(ids, (np.ndarray, list, tuple)):
             ids = list(ids)
-            for k, t in enumerate(ids):
-                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                    raise TypeError(f"ids[{k}] must be an int, not {type(t).__name__}")
-            arr = np.asarray(ids, dtype=np.int64) if ids else np.zeros(0, dtype=np.int64)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        try:
+            arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        except ValueError:
+            raise TypeError("ids must be a 1-D sequence of ints") from None
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int32)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            if arr.ndim == 1:   # name the culprit (error path only)
+                for k, t in enumerate(ids.tolist() if isinstance(ids, np.ndarray) else ids):
+                    if isinstance(t, bool) or not isinstance(t, int):
+                        raise TypeError(f"ids[{k}] must be an int, not {type(t).__name__}")
             raise TypeError("ids must be a 1-D sequence of ints")
-        if arr.size:
-            bad = np.flatnonzero((arr < 0) | (arr >= self.n_vocab))
-            if bad.size:
-                k = int(bad[0])
-                raise TokenizerError(f"ids[{k}] = {int(arr[k])} out of range [0, {self.n_vocab})")
+        bad = np.flatnonzero((arr < 0) | (arr >= self.n_vocab))
+        if bad.size:
+            k = int(bad[0])
+            raise TokenizerError(f"ids[{k}] = {int(arr[k])} out of range [0, {self.n_vocab})")
         return np.ascontiguousarray(arr, dtype=np.int32)
 
     def decode_bytes(self, ids: Iterable[int], *, remove_special: bool = False,
