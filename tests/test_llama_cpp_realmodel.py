@@ -32,6 +32,7 @@ def real(request):
 
 def test_tokenize_detokenize_identical(real):
     name, llm, ref = real
+    assert llm._ctx.ctx is not None                   # a vocab_only model still gets a context
     assert llm.n_vocab() == ref["n_vocab"] and llm.token_bos() == ref["bos"] and llm.token_eos() == ref["eos"]
     for case in ref["tokenize"]:
         ids = llm.tokenize(case["text"].encode("utf-8"), add_bos=case["add_bos"], special=case["special"])
