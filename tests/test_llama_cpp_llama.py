@@ -235,3 +235,19 @@ def test_missing_features_raise_not_implemented(byte_vocab):
         make(chat_format="chatml").create_chat_completion([{"role": "user", "content": "hi"}])
     with pytest.raises(NotImplementedError, match="response_format"):
         llm.create_chat_completion([{"role": "user", "content": "hi"}], response_format={"type": "json_object"})
+
+
+def test_ram_cache_and_helper_modules(byte_vocab):
+    from ubatch.llama_cpp import llama_cache, llama_grammar, _utils, _logger, llama_tokenizer  # noqa: F401
+    llm = make()
+    want = llm("cache me", max_tokens=5, temperature=0.0)["choices"][0]["text"]
+    llm.set_cache(L.LlamaRAMCache(capacity_bytes=1 << 30))
+    assert llm("cache me", max_tokens=5, temperature=0.0)["choices"][0]["text"] == want
+    assert len(llm.cache.cache_state) == 1 and tuple(b"cache me") in llm.cache
+    llm.reset()
+    llm.eval([1, 2])                                   # the context now holds something else
+    assert llm("cache me", max_tokens=5, temperature=0.0)["choices"][0]["text"] == want   # restored from cache
+    with _utils.suppress_stdout_stderr(disable=False):
+        print("hidden")
+    with pytest.raises(NotImplementedError, match="GBNF"):
+        llama_grammar.json_schema_to_gbnf("{}")

@@ -6,3 +6,4 @@ from ubatch.llama_cpp.llama_cpp import *  # noqa: F401,F403
 __version__ = "0.3.36"
 from ubatch.llama_cpp.llama import *  # noqa: F401,F403,E402
 from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403,E402
+from ubatch.llama_cpp.llama_cache import LlamaCache, LlamaDiskCache, LlamaRAMCache, BaseLlamaCache  # noqa: F401,E402

@@ -173,8 +173,20 @@ class CompletionRun:
                              presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
                              stopping_criteria=stopping_criteria, logits_processor=self.prep.logits_processor)
 
+    def _cache_lookup(self) -> None:
+        llm, prep = self.llm, self.prep
+        try:
+            item = llm.cache[prep.tokens]
+        except KeyError:
+            return
+        if llm.longest_token_prefix(item.input_ids[: item.n_tokens].tolist(), prep.tokens) > \
+                llm.longest_token_prefix(llm._input_ids.tolist(), prep.tokens):
+            llm.load_state(item)
+
     def iterate(self, stream: bool) -> Iterator[Dict[str, Any]]:
         llm, prep = self.llm, self.prep
+        if llm.cache:
+            self._cache_lookup()
         llm.set_seed(prep.seed)
         st = TextState(llm, prep, prep.max_tokens)
         returned = 0
@@ -189,6 +201,8 @@ class CompletionRun:
         if not done:
             st.text = llm.detokenize(st.tokens, prev_tokens=prep.tokens)
             st.finish = "stop"          # ended by a stopping criterion
+        if llm.cache:
+            llm.cache[prep.tokens + st.tokens] = llm.save_state()
         if stream:
             rest = st.text[len(llm.detokenize(st.tokens[:returned], prev_tokens=prep.tokens)):] \
                 if returned else st.text
