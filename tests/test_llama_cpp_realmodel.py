@@ -122,3 +122,13 @@ def test_greedy_batched_equals_single_and_chat():
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == \
         r["choices"][0]["message"]["content"]
     single.close()
+
+
+def test_dry_sampler_matches():
+    """DRY needs a vocabulary (sequence breakers are matched against every token's text): qwen2.5's."""
+    import sys
+    import numpy as np
+    sys.path.insert(0, DATA)
+    import scripts
+    logits = np.load(os.path.join(DATA, "sampler_logits_qwen.npy"))
+    assert scripts.script_dry(L, _path("qwen2.5-0.5b"), logits) == REF["dry"]

@@ -23,6 +23,7 @@ typedef struct { int32_t id; float logit; float p; } ub_token_data;
 float ub_compat_max_logit(const ub_token_data *d, size_t n);
 void ub_compat_softmax(ub_token_data *d, size_t n, bool sorted);
 int64_t ub_compat_dist(ub_token_data *d, size_t n, bool sorted, double rnd);
+void ub_compat_z_function(const int32_t *r, int32_t n, int32_t *z);
 /* cdef:end */
 
 int32_t llama_tokenize(const void *vocab, const char *text, int32_t text_len, int32_t *tokens, int32_t n_tokens_max,

@@ -16,7 +16,6 @@ _FEATURES = {
         "llama_adapter_meta_val_str_by_index", "llama_adapter_get_alora_invocation_tokens",
         "llama_adapter_get_alora_n_invocation_tokens", "llama_set_adapter_lora", "llama_set_adapters_lora",
         "llama_set_adapter_cvec", "llama_apply_adapter_cvec"),
-    "the DRY sampler": ("llama_sampler_init_dry",),
     "llama.cpp's built-in (non-Jinja) chat templates": ("llama_chat_apply_template", "llama_chat_builtin_templates"),
     "quantisation / saving models": ("llama_model_quantize", "llama_model_save_to_file"),
     "the llama_batch_ext API (use llama_batch or ubatch.Batch)": (

@@ -491,3 +491,120 @@ class Chain(Sampler):
         self.samplers: list = []           # handles (ints) of the owned samplers
         self.t_sample_ms = 0.0
         self.n_sample = 0
+
+
+_FLOAT_MAX_LOG = np.float32(88.7228391)
+_MAX_CHAR_LEN, _MAX_SEQ_LEN = 40, 20
+
+
+def dry_breakers(vocab, breakers: List[bytes]) -> Dict[int, List[tuple]]:
+    """get_overlapping_token_sequences for every breaker: head token -> the token tails that complete the
+    breaker after it (an empty tail: the token contains the whole breaker). Runs once per sampler."""
+    out: Dict[int, List[tuple]] = {}
+    if vocab is None or vocab.tok is None or not breakers:
+        return out
+    pieces = getattr(vocab, "_dry_pieces", None)
+    if pieces is None:
+        pieces = [vocab.piece(t, 0, True) for t in range(vocab.n_tokens)]
+        vocab._dry_pieces = pieces
+    for br in breakers:
+        if not br:
+            continue
+        br = br[:_MAX_CHAR_LEN]
+        first = br[:1]
+        for tid, word in enumerate(pieces):
+            if br in word:
+                out.setdefault(tid, [])
+                if () not in out[tid]:
+                    out[tid].append(())
+                continue
+            pos = word.find(first)
+            while pos != -1:
+                i = 1
+                while i < len(br) and pos + i < len(word) and word[pos + i] == br[i]:
+                    i += 1
+                if i == len(br) or pos + i == len(word):
+                    tail = tuple(vocab.encode(br[i:], False, False)[:_MAX_SEQ_LEN])
+                    lst = out.setdefault(tid, [])
+                    if tail not in lst:
+                        lst.append(tail)
+                pos = word.find(first, pos + 1)
+    return out
+
+
+class Dry(Sampler):
+    """DRY (repetition of sequences): a penalty multiplier * base^(len - allowed_length) on each token that would
+    extend a repeat of the recent suffix at least allowed_length long; sequence breakers cut the search."""
+    name = "dry"
+
+    def __init__(self, vocab, multiplier: float, base: float, allowed_length: int, penalty_last_n: int,
+                 breakers: List[bytes]) -> None:
+        self.multiplier, self.base = _f32(multiplier), _f32(base)
+        self.allowed, self.last_n = int(allowed_length), int(penalty_last_n)
+        # 0.3.36 (7 arguments, no context size): penalty_last_n = -1 leaves the sampler without effect
+        self.enabled = self.multiplier != 0.0 and self.base >= 1.0 and self.last_n > 0
+        self.breakers = dry_breakers(vocab, breakers) if self.enabled else {}
+        self.tokens: List[int] = []
+
+    def accept(self, token: int) -> None:
+        if not self.enabled:
+            return
+        self.tokens.append(int(token))
+        if len(self.tokens) > self.last_n:
+            del self.tokens[: len(self.tokens) - self.last_n]
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def apply(self, cur: Cur) -> None:
+        if not self.enabled:
+            return
+        n = min(len(self.tokens), self.last_n)
+        if n <= self.allowed:
+            return
+        r = np.array(self.tokens[::-1][:n], np.int32)          # newest first: r[i] = rat(i)
+        rep_limit = n
+        if self.breakers:
+            heads = np.fromiter(self.breakers.keys(), np.int64, len(self.breakers))
+            for i in np.flatnonzero(np.isin(r, heads)).tolist():   # only the positions holding a breaker head
+                longest = -1
+                for tail in self.breakers[int(r[i])]:
+                    k = len(tail)
+                    if longest < k <= i and all(tail[o] == r[i - o - 1] for o in range(k)):
+                        longest = k
+                if longest >= 0:
+                    rep_limit = i - longest
+                    break
+        if rep_limit < self.allowed:
+            return
+        z = np.zeros(n, np.int32)
+        lib.ub_compat_z_function(ffi.from_buffer("int32_t[]", r), n, ffi.from_buffer("int32_t[]", z))
+        rep = np.minimum(z[1:], rep_limit)                         # k = 1 .. n-1
+        nxt = r[:-1]                                               # the token after each repeat: rat(k - 1)
+        keep = rep >= self.allowed
+        if not keep.any():
+            cur.sorted = False
+            return
+        toks, lens = nxt[keep].astype(np.int64), rep[keep].astype(np.int64)
+        order = np.lexsort((-lens, toks))
+        toks, lens = toks[order], lens[order]
+        first = np.r_[True, toks[1:] != toks[:-1]]
+        toks, lens = toks[first], lens[first]                      # the longest repeat each token would extend
+        max_exp = 0
+        if self.base > 1.000001:
+            max_exp = int(_FLOAT_MAX_LOG / np.float32(math.log(float(self.base))))
+        a = cur.a
+        ids = a["id"].astype(np.int64)
+        pos = np.clip(np.searchsorted(toks, ids), 0, len(toks) - 1)
+        hit = np.flatnonzero(toks[pos] == ids)
+        lg = a["logit"]
+        for h in hit.tolist():                                     # the candidates with a repeat (few)
+            tid = int(ids[h])
+            if () in self.breakers.get(tid, []):
+                continue
+            e = int(lens[pos[h]]) - self.allowed
+            if max_exp > 0 and e > max_exp:
+                e = max_exp
+            penalty = np.float32(float(self.multiplier) * math.pow(float(self.base), e))   # a float in llama.cpp
+            lg[h] = np.float32(lg[h] - penalty)
+        cur.sorted = False

@@ -168,6 +168,16 @@ def llama_sampler_init_logit_bias(n_vocab, n_logit_bias, logit_bias):
     return _new(S.LogitBias(n_vocab, items))
 
 
+@cfunc([_vp, _f, _f, _i32, _i32, _P(ctypes.c_char_p), _sz], _SP)
+def llama_sampler_init_dry(vocab, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n, seq_breakers,
+                           num_breakers):
+    from ubatch.llama_cpp._handles import REGISTRY
+    v = REGISTRY.find(vocab, "vocab")
+    breakers = [seq_breakers[i] for i in range(num_breakers)] if seq_breakers and num_breakers else []
+    return _new(S.Dry(v, dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n,
+                      [b for b in breakers if b]))
+
+
 def _missing(name: str, what: str):
     def fn(*args):
         raise NotImplementedError(f"{name}: {what} is not implemented in ubatch.llama_cpp")

@@ -23,7 +23,7 @@ L = llama_cpp
 
 sys.path.insert(0, HERE)
 from scripts import (CHAINS, TOKENIZE_TEXTS, run_chain, script_errors, script_lowlevel_greedy,  # noqa: E402
-                                     script_llama_generate, script_layouts)
+                                     script_llama_generate, script_layouts, script_dry)
 
 
 def record_sampler_chains(out: dict, logits: np.ndarray) -> None:
@@ -82,6 +82,7 @@ def main() -> None:
     llm.close()
     np.save(os.path.join(HERE, "sampler_logits_qwen.npy"), logits)
     record_sampler_chains(out, logits)
+    out["dry"] = script_dry(L, qwen, logits)
     out["layouts"] = script_layouts(L)
     out["tiny"] = {"lowlevel_greedy": script_lowlevel_greedy(L, TINY), "errors": script_errors(L, TINY),
                    "generate": script_llama_generate(L, TINY)}

@@ -248,3 +248,38 @@ def script_layouts(L):
     out["supports_mmap"] = L.llama_supports_mmap()
     out["supports_gpu_offload"] = L.llama_supports_gpu_offload()
     return out
+
+
+DRY_CASES = [([10, 20, 30, 40, 10, 20, 30, 40, 10, 20, 30], None, 64),
+             ([10, 20, 30, 40, 10, 20, 30, 40, 10, 20, 30], None, 6),
+             ([10, 20, 25, 40, 10, 20, 25, 40, 10, 20, 25], [b":"], 64),       # 25 = ":" in qwen2.5
+             ([10, 20, 30, 25, 40, 10, 20, 30, 25, 40, 10, 20, 30], [b":", b"\n"], 64),
+             ([5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6, 8, 5, 6], [b"\n"], 64),
+             ([1, 2] * 13 + [1], None, 64),
+             ([10, 20, 30, 40, 10, 20, 30, 40, 10, 20, 30], None, -1)]
+
+
+def script_dry(L, path, logits):
+    """The DRY sampler (0.3.36's 7-argument form) after accepted histories with repeats and breakers: the
+    candidates whose logit it changed, with their new logits."""
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    vocab = L.llama_model_get_vocab(model)
+    n = logits.shape[0]
+    out = []
+    for hist, breakers, last_n in DRY_CASES:
+        arr = (ctypes.c_char_p * len(breakers))(*breakers) if breakers else None
+        smpl = L.llama_sampler_init_dry(vocab, 0.8, 1.75, 2, last_n, arr, len(breakers) if breakers else 0)
+        for t in hist:
+            L.llama_sampler_accept(smpl, t)
+        data = (L.llama_token_data * n)()
+        view = np.frombuffer(data, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+        view["id"], view["logit"], view["p"] = np.arange(n), logits, 0
+        cur = L.llama_token_data_array(data, n, -1, False)
+        L.llama_sampler_apply(smpl, ctypes.byref(cur))
+        changed = np.flatnonzero(view["logit"] != logits)
+        out.append([[int(i), float(view["logit"][i])] for i in changed])
+        L.llama_sampler_free(smpl)
+    L.llama_model_free(model)
+    return out
