@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
@@ -170,7 +170,7 @@ def decode(ctx_handle, b, fn: str = "llama_decode") -> int:
         cctx.ctx.decode(batch)
     except BatchError as e:
         _log.error(f"init: {e}")
-        _log.error(f"decode: failed to initialize batch")
+        _log.error("decode: failed to initialize batch")
         _log.error(f"{fn}: failed to decode, ret = -1")
         return -1
     except (KVCacheFullError, SplitError) as e:
@@ -191,10 +191,7 @@ def decode(ctx_handle, b, fn: str = "llama_decode") -> int:
         _log.error(f"{fn}: compute failed ({type(e).__name__}: {e}), ret = -3")
         return -3
     cctx.outputs_changed()
-    if not cctx.no_perf:
-        cctx.count(batch.n_tokens, time.perf_counter() - t0)
-    else:
-        cctx.count(batch.n_tokens, time.perf_counter() - t0)
+    cctx.count(batch.n_tokens, time.perf_counter() - t0)
     return 0
 
 
@@ -205,14 +202,7 @@ def llama_decode(ctx, batch):
 
 @cfunc([ctypes.c_void_p, llama_batch], ctypes.c_int32)
 def llama_encode(ctx, batch):
-    try:
-        cctx = REGISTRY.get(ctx, "context")
-    except HandleError as e:
-        _log.error(f"llama_encode: {e}")
-        return -1
-    if cctx.cmodel.model is not None and cctx.cmodel.hparam("has_encoder", 0):
-        return decode(ctx, batch, "llama_encode")
-    # llama.cpp runs decoder-only models through llama_encode as a non-causal decode; ubatch does the same decode
+    # ubatch's architectures are decoder-only: llama_encode runs the batch through the context as llama_decode
     return decode(ctx, batch, "llama_encode")
 
 

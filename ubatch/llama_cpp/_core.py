@@ -12,12 +12,12 @@ import numpy as np
 
 from ubatch.llama_cpp import _log
 from ubatch.llama_cpp._cfunc import cfunc
-from ubatch.llama_cpp._constants import (LLAMA_DEFAULT_SEED, LLAMA_MAX_DEVICES, LLAMA_MAX_SEQ, LLAMA_ROPE_TYPE_NEOX,
+from ubatch.llama_cpp._constants import (LLAMA_MAX_DEVICES, LLAMA_MAX_SEQ, LLAMA_ROPE_TYPE_NEOX,
                                          LLAMA_ROPE_TYPE_NORM)
 from ubatch.llama_cpp._context import CContext, create as _create_context
 from ubatch.llama_cpp._handles import REGISTRY, HandleError
 from ubatch.llama_cpp._structs import (ggml_log_callback, llama_context_params, llama_model_params,
-                                       llama_perf_context_data, llama_progress_callback)
+                                       llama_perf_context_data)
 
 _P = ctypes.POINTER
 _NULL_F = _P(ctypes.c_float)
@@ -51,7 +51,6 @@ def llama_numa_init(numa):
 
 @cfunc([], _cp)
 def llama_print_system_info():
-    from ubatch.compute import kernels  # noqa: F401  (imported for its side effect: the ISA probe)
     flags = []
     try:
         with open("/proc/cpuinfo") as f:

@@ -3,7 +3,6 @@ llama_kv_cache_* / llama_kv_self_* families (mapped onto llama_memory_* of the c
 vocab-level token getters, the old loaders. Each works and emits a DeprecationWarning naming its replacement."""
 from __future__ import annotations
 
-import ctypes
 import functools
 import warnings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import numpy as np
 

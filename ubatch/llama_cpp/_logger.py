@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import logging
 
-from ubatch.llama_cpp import _log
-
 GGML_LOG_LEVEL_TO_LOGGING_LEVEL = {0: logging.CRITICAL, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING,
                                    4: logging.ERROR, 5: logging.DEBUG}
 logger = logging.getLogger("llama-cpp-python")

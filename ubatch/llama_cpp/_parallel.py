@@ -6,13 +6,10 @@ so a request's tokens are those it gets alone: ubatch's logits do not depend on 
 n > 1 decodes the prompt once and forks it (llama_memory_seq_cp) into the other choices' sequences."""
 from __future__ import annotations
 
-import ctypes
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Dict, List, Optional
-
-import numpy as np
+from typing import Any, Dict, List
 
 from ubatch.llama_cpp import llama_cpp as L
 from ubatch.llama_cpp._completion import Prepared, TextState, final

@@ -137,11 +137,6 @@ def get(vocab) -> Optional[CVocab]:
         return None
 
 
-def _write(dst, data: bytes, cap: int) -> None:
-    if data:
-        ctypes.memmove(dst, data, len(data))
-
-
 def tokenize_into(v: CVocab, text: bytes, text_len: int, dst_addr: int, n_max: int, add_special: bool,
                   parse_special: bool) -> int:
     """The shared body of the Python and the C llama_tokenize. dst_addr: address of int32[n_max]."""
@@ -185,14 +180,6 @@ def _c_tokenize(vocab, text, text_len, tokens, n_max, add_special, parse_special
 
 
 lib.ub_compat_set_tokenize(_c_tokenize)
-
-
-def _buf_addr(buf) -> int:
-    if buf is None:
-        return 0
-    if isinstance(buf, (ctypes.Array, ctypes.c_char_p)):
-        return ctypes.addressof(buf) if isinstance(buf, ctypes.Array) else ctypes.cast(buf, ctypes.c_void_p).value
-    return ctypes.cast(buf, ctypes.c_void_p).value or 0
 
 
 @cfunc([ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_bool],

@@ -9,13 +9,9 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
-import random
 import sys
 import threading
-import time
-import uuid
-import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 

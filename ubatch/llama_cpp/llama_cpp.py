@@ -5,9 +5,9 @@ code). Like the original it exposes the modules it uses (`ctypes`, `os`, `pathli
 from __future__ import annotations
 
 import ctypes
-import os
-import pathlib
-import warnings
+import os  # noqa: F401  (llama_cpp.os, as in llama-cpp-python)
+import pathlib  # noqa: F401
+import warnings  # noqa: F401
 
 import ubatch._native as _native_ext
 from ubatch.llama_cpp._constants import *  # noqa: F401,F403
