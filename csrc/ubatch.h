@@ -9,5 +9,6 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_tok.h"
+#include "ub_compat.h"
 
 #endif

@@ -3,6 +3,7 @@
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
     ubatch bench kv|attention|decode|matmul|models [ARGS...]   KV cache / attention / decode / matmul / real models
+    ubatch bench tokenizer [ARGS...]              the tokenizer vs llama-cpp-python
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ KERNEL_BENCHES = {
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
     "matmul": ("ubatch.bench.matmul", "bench_matmul.py", "the C matmul kernels on the real models' weights"),
     "models": ("ubatch.bench.models_bench", "bench_models.py", "real models (Gemma 3, Qwen2.5) beside llama.cpp"),
+    "tokenizer": ("ubatch.bench.tokenizer_bench", "bench_tokenizer.py",
+                  "tokenizer: tokens/s on a 100 kB mixed text vs llama-cpp-python, vocab load time"),
 }
 
 
@@ -67,7 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the families and strategies, then exit")
     p.set_defaults(func=run_suite)
-    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,matmul}")
+    bsub = p.add_subparsers(dest="bench_command", metavar="{" + ",".join(["split", *KERNEL_BENCHES]) + "}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
     from ubatch.bench import split_bench

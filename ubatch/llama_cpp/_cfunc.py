@@ -1,0 +1,65 @@
+"""The calling convention of a ctypes foreign function, for Python functions that stand in for llama.cpp's C
+functions: arguments are converted as ctypes converts them for the declared `argtypes` (integers truncated to
+their C width, floats rounded to float32, bytes or None for `char *`, handles as integer addresses), extra
+positional arguments are ignored as ctypes ignores them, a missing one raises TypeError, a wrong type raises
+ctypes.ArgumentError naming the argument. `argtypes` / `restype` are exposed like a ctypes function's."""
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any, Callable
+
+from ubatch.llama_cpp._handles import HandleError, address
+
+_INTS = (ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16, ctypes.c_uint16, ctypes.c_int32, ctypes.c_uint32,
+         ctypes.c_int64, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint, ctypes.c_long, ctypes.c_ulong,
+         ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_longlong, ctypes.c_ulonglong)
+
+
+def _converter(t: Any) -> Callable[[Any], Any]:
+    if t in _INTS:
+        def conv(a, t=t):
+            if isinstance(a, float):
+                raise TypeError("int expected instead of float")
+            return t(a).value
+        return conv
+    if t is ctypes.c_bool:
+        return bool
+    if t in (ctypes.c_float, ctypes.c_double):
+        return lambda a, t=t: t(a).value
+    if t is ctypes.c_char_p:
+        def conv_s(a):
+            if a is None or isinstance(a, bytes):
+                return a
+            if isinstance(a, ctypes.c_char_p):
+                return a.value
+            if isinstance(a, (ctypes.Array,)) and a._type_ is ctypes.c_char:
+                return a.value
+            raise TypeError(f"bytes or None expected instead of {type(a).__name__} instance")
+        return conv_s
+    if t is ctypes.c_void_p:
+        return lambda a: address(a)
+    return lambda a: a          # pointers and structs: the function reads them itself
+
+
+def cfunc(argtypes: list, restype: Any = None) -> Callable:
+    convs = [_converter(t) for t in argtypes]
+    n = len(argtypes)
+
+    def deco(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args):
+            if len(args) < n:
+                raise TypeError(f"this function takes at least {n} argument{'s' if n != 1 else ''} "
+                                f"({len(args)} given)")
+            out = []
+            for i in range(n):
+                try:
+                    out.append(convs[i](args[i]))
+                except (TypeError, HandleError, OverflowError) as e:
+                    raise ctypes.ArgumentError(f"argument {i + 1}: {type(e).__name__}: {e}") from None
+            return fn(*out)
+        wrapper.argtypes = list(argtypes)
+        wrapper.restype = restype
+        return wrapper
+    return deco

@@ -1,0 +1,246 @@
+"""Batched completions for `Llama` (beyond llama-cpp-python): a list of prompts, n > 1, and concurrent calls
+from several threads on a `Llama(..., n_seq_max=N)` are decoded together by one worker thread with continuous
+batching over the context's N sequences (unified KV cache). Each choice has its own llama.cpp sampler chain
+(Llama._init_sampler, seed = the request's seed + choice index) and llama-cpp-python's stop rules (TextState),
+so a request's tokens are those it gets alone: ubatch's logits do not depend on what else is in the batch.
+n > 1 decodes the prompt once and forks it (llama_memory_seq_cp) into the other choices' sequences."""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Dict, List
+
+from ubatch.llama_cpp import llama_cpp as L
+from ubatch.llama_cpp._completion import Prepared, TextState, final
+
+_SAMPLING_KEYS = ("top_k", "top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "frequency_penalty",
+                  "presence_penalty", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta")
+
+
+class _Choice:
+    def __init__(self, group: "_Group", k: int) -> None:
+        self.group, self.k = group, k
+        self.seq = -1
+        self.state = TextState(group.llm, group.prep, group.prep.max_tokens)
+        s = group.sampling
+        self.sampler = group.llm._init_sampler(
+            top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"], typical_p=s["typical_p"], temp=s["temperature"],
+            repeat_penalty=s["repeat_penalty"], frequency_penalty=s["frequency_penalty"],
+            presence_penalty=s["presence_penalty"], mirostat_mode=s["mirostat_mode"],
+            mirostat_tau=s["mirostat_tau"], mirostat_eta=s["mirostat_eta"],
+            seed=(group.prep.seed + k) & 0xFFFFFFFF)
+        self.n_past = 0
+        self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
+        self.done = False
+
+
+class _Group:
+    """One prompt with its n choices."""
+
+    def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool) -> None:
+        self.llm, self.prep, self.sampling, self.echo = llm, prep, sampling, echo
+        self.choices = [_Choice(self, k) for k in range(n)]
+        self.fed = 0                       # prompt tokens decoded so far (into choices[0].seq)
+        self.forked = False
+
+
+class _Call:
+    def __init__(self, groups: List[_Group]) -> None:
+        self.groups = groups
+        self.future: Future = Future()
+
+
+class ParallelRunner:
+    def __init__(self, llm) -> None:
+        self.llm = llm
+        self.n_seq = int(llm.n_seq_max)
+        self.free = list(range(self.n_seq))
+        self.queue: "queue.Queue[_Call]" = queue.Queue()
+        self.waiting: List[_Call] = []
+        self.active: List[_Group] = []
+        self.calls: List[_Call] = []
+        self.closed = False
+        self.batch = L.llama_batch_init(max(llm.n_batch, self.n_seq), 0, 1)
+        self.thread = threading.Thread(target=self._loop, name="ubatch-llama-parallel", daemon=True)
+        self.thread.start()
+
+    def submit(self, call: _Call) -> Dict[str, Any]:
+        self.queue.put(call)
+        return call.future.result()
+
+    def close(self) -> None:
+        self.closed = True
+        self.queue.put(None)
+        self.thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ worker
+    def _loop(self) -> None:
+        while not self.closed:
+            if not self.active and not self.waiting:
+                call = self.queue.get()
+                if call is None:
+                    return
+                self.waiting.append(call)
+            while True:
+                try:
+                    call = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if call is None:
+                    return
+                self.waiting.append(call)
+            try:
+                with self.llm._lock:
+                    self._admit()
+                    self._step()
+            except BaseException as e:       # fail every call in flight, keep the worker alive
+                for c in self.calls + self.waiting:
+                    if not c.future.done():
+                        c.future.set_exception(e)
+                self._clear_all()
+
+    def _clear_all(self) -> None:
+        mem = L.llama_get_memory(self.llm.ctx)
+        L.llama_memory_clear(mem, True)
+        self.free = list(range(self.n_seq))
+        self.active, self.calls, self.waiting = [], [], []
+
+    def _admit(self) -> None:
+        if self.llm.n_tokens:                     # the single-sequence path's cached prompt lives in seq 0
+            self.llm.reset()
+            L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), 0, -1, -1)
+        while self.waiting:
+            call = self.waiting[0]
+            need = [len(g.choices) for g in call.groups]
+            if max(need) > self.n_seq:
+                call.future.set_exception(ValueError(f"n = {max(need)} choices need {max(need)} sequences; this "
+                                                     f"Llama has n_seq_max = {self.n_seq}"))
+                self.waiting.pop(0)
+                continue
+            pending = [g for g in call.groups if g not in self.active and g.choices[0].seq < 0]
+            admitted = False
+            for g in pending:
+                if len(self.free) < len(g.choices):
+                    break
+                for c in g.choices:
+                    c.seq = self.free.pop(0)
+                self.active.append(g)
+                admitted = True
+            if call not in self.calls:
+                self.calls.append(call)
+            if all(g.choices[0].seq >= 0 for g in call.groups):
+                self.waiting.pop(0)
+            elif not admitted:
+                break
+
+    def _step(self) -> None:
+        llm, b = self.llm, self.batch
+        cap = max(llm.n_batch, 1)
+        n = 0
+        rows: List[tuple] = []           # (choice, row) that get logits this step
+        mem = L.llama_get_memory(llm.ctx)
+        for g in self.active:            # generating choices: one token each
+            for c in g.choices:
+                if c.done or c.row != -2 or n >= cap:
+                    continue
+                tok = c.state.tokens[-1]
+                b.token[n], b.pos[n], b.n_seq_id[n], b.seq_id[n][0], b.logits[n] = tok, c.n_past, 1, c.seq, 1
+                rows.append((c, n))
+                c.n_past += 1
+                n += 1
+        for g in self.active:            # prompts: chunks of what is left of the batch
+            c0 = g.choices[0]
+            if g.forked or n >= cap:
+                continue
+            take = min(len(g.prep.tokens) - g.fed, cap - n)
+            for j in range(take):
+                p = g.fed + j
+                b.token[n], b.pos[n], b.n_seq_id[n], b.seq_id[n][0] = g.prep.tokens[p], p, 1, c0.seq
+                b.logits[n] = p == len(g.prep.tokens) - 1
+                if p == len(g.prep.tokens) - 1:
+                    rows.append((c0, n))
+                n += 1
+            g.fed += take
+        if n == 0:
+            return
+        b.n_tokens = n
+        rc = L.llama_decode(llm.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc} in the batched completion path")
+        for c, row in rows:
+            g = c.group
+            if c.row == -1:              # prompt finished: fork into the other choices
+                for s in g.choices:
+                    s.n_past = len(g.prep.tokens)
+                for other in g.choices[1:]:
+                    L.llama_memory_seq_cp(mem, c.seq, other.seq, -1, -1)
+                g.forked = True
+                targets = g.choices
+            else:
+                targets = [c]
+            for t in targets:
+                tok = L.llama_sampler_sample(t.sampler.sampler, llm.ctx, row)
+                t.row = -2
+                if t.state.feed(tok):
+                    self._finish(t)
+        self._retire()
+
+    def _finish(self, c: _Choice) -> None:
+        c.done = True
+        L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), c.seq, -1, -1)
+        self.free.append(c.seq)
+        self.free.sort()
+        c.sampler.close()
+
+    def _retire(self) -> None:
+        self.active = [g for g in self.active if not all(c.done for c in g.choices)]
+        for call in list(self.calls):
+            if all(c.done for g in call.groups for c in g.choices):
+                self.calls.remove(call)
+                call.future.set_result(_response(call))
+
+
+def _response(call: _Call) -> Dict[str, Any]:
+    choices = []
+    n_completion = 0
+    n_prompt = 0
+    for gi, g in enumerate(call.groups):
+        n_prompt += len(g.prep.tokens)
+        for c in g.choices:
+            text = c.state.text.decode("utf-8", errors="ignore")
+            if g.echo:
+                p = g.prep.prompt
+                text = (p if isinstance(p, str) else g.llm.detokenize(list(p)).decode("utf-8", "ignore")) + text
+            choices.append({"text": text, "index": len(choices), "logprobs": None,
+                            "finish_reason": c.state.finish})
+            n_completion += len(c.state.tokens)
+    out = final(call.groups[0].prep, choices, n_completion)
+    out["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
+                    "total_tokens": n_prompt + n_completion}
+    return out
+
+
+def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dict[str, Any]:
+    for key, what in (("logprobs", "logprobs"), ("logits_processor", "logits_processor"),
+                      ("stopping_criteria", "stopping_criteria"), ("logit_bias", "logit_bias")):
+        if args.get(key) is not None:
+            raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
+                                      f"(the batched path)")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    sampling = {k: args[k] for k in _SAMPLING_KEYS}
+    prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model")}
+    groups = []
+    for p in prompts:
+        prep = Prepared(llm, p, **prep_args)
+        llm.set_seed(prep.seed)          # the seed chain advances as for sequential calls
+        groups.append(_Group(llm, prep, n, sampling, bool(args.get("echo"))))
+    with llm._lock:
+        if llm._parallel is None:
+            llm._parallel = ParallelRunner(llm)
+        runner = llm._parallel
+    for g in groups:
+        for c in g.choices:
+            c.row = -1
+    return runner.submit(_Call(groups))
