@@ -7,5 +7,6 @@
 #include "ub_alloc.h"
 #include "ub_kv.h"
 #include "ub_compute.h"
+#include "ub_sampling.h"
 
 #endif

@@ -11,18 +11,19 @@ from ubatch.cli import main
 SMALL = ["run", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
          "--n-ubatch", "8", "--seed", "4"]
 KEYS = ("requests", "prompt_tokens", "generated_tokens", "tokens_per_s", "decode_calls", "ubatches", "mean_fill",
-        "shapes", "peak_kv_cells", "retries")
+        "shapes", "peak_kv_cells", "retries", "preemptions", "ttft_s", "latency_s", "finish_reasons", "samples")
 
 
 def test_report(capsys):
     assert main(SMALL + ["--no-progress"]) == 0
     out, err = capsys.readouterr()
-    assert "requests          6: 6 finished, 0 evicted, 0 rejected" in out
-    for label in ("prompt tokens", "generated tokens", "tokens/s", "decode calls", "ubatches", "ubatch fill",
-                  "ubatch shapes", "peak KV cells", "retries"):
+    assert "requests          6: 6 finished (6 length)" in out
+    for label in ("prompt tokens", "generated tokens", "tokens/s", "first token", "request latency", "decode calls",
+                  "ubatches", "ubatch fill", "ubatch shapes", "peak KV cells", "retries", "preemptions",
+                  "sample completions"):
         assert label in out, label
     assert "n_ctx 512 (2 streams x 256 cells)" in out
-    assert err == ""
+    assert "random-token prompts of 4-12 tokens" in out
 
 
 def test_json_keys_and_consistency(capsys):
@@ -38,12 +39,33 @@ def test_json_keys_and_consistency(capsys):
     assert d["config"]["n_ubatch"] == 8 and d["config"]["parallel"] == 2
 
 
-def test_json_kv_full(capsys):
+def test_json_kv_full(capsys, tmp_path):
+    """A unified cache too small for 6 sequences at once: retries and preemptions, yet every request finishes
+    with all its tokens (max_tokens each, the tiny model has no end-of-generation token)."""
+    out = tmp_path / "c.jsonl"
     assert main(["run", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
-                 "20-60", "--gen-len", "20-40", "--json", "--no-progress"]) == 0
+                 "20-60", "--gen-len", "20-40", "--json", "--no-progress", "--out", str(out)]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["retries"] > 0 and d["evicted"] > 0 and d["finished"] + d["evicted"] == 8
-    assert d["peak_kv_cells"] == [256] and len(d["messages"]) == d["evicted"]
+    assert d["retries"] > 0 and d["preemptions"] > 0 and d["finished"] == 8       # nothing lost
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["request"] for r in rows] == list(range(8))
+    assert sum(r["generated_tokens"] for r in rows) <= d["generated_tokens"]
+    assert max(d["peak_kv_cells"]) <= 256 and len(d["messages"]) == d["preemptions"]
+
+
+def test_shipped_prompts_and_out_file(tmp_path, capsys):
+    from ubatch.engine.prompts import load_prompts
+    out = tmp_path / "c.jsonl"
+    assert main(["run", "--model", "tiny-llama", "--requests", "5", "--parallel", "3", "--gen-len", "3-5",
+                 "--temperature", "0", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "5 prompts from the shipped set" in text and "greedy" in text and f"completions written to {out}" in text
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    prompts = {p["id"]: p["prompt"] for p in load_prompts()}
+    assert len(rows) == 5 and all(r["prompt"] == prompts[r["prompt_id"]] for r in rows)
+    assert all(3 <= r["generated_tokens"] <= 5 and r["finish_reason"] == "length" for r in rows)
+    assert all(0 < r["ttft_s"] <= r["latency_s"] for r in rows)
+    assert len({r["prompt_id"] for r in rows}) == 5
 
 
 def test_same_seed_same_workload(capsys):

@@ -6,9 +6,10 @@ from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.ubatch_view import UBatch
 from ubatch.memory.kv_cache import KVCache
 from ubatch.engine.context import Context
+from ubatch.engine.llm import LLM, Completion
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model.gguf_model import Model
 from ubatch import models
 
-__all__ = ["Batch", "BatchAllocator", "BatchError", "ComputeResult", "Context", "KVCacheFullError", "KVCache",
+__all__ = ["Batch", "BatchAllocator", "BatchError", "Completion", "ComputeResult", "Context", "LLM", "KVCacheFullError", "KVCache",
            "Model", "Placement", "models", "SplitError", "UBatch", "UbatchError"]

@@ -3,6 +3,7 @@
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
     ubatch bench kv|attention|decode [ARGS...]    the KV-cache / attention / decode benchmarks, when built
+    ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ KERNEL_BENCHES = {
     "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
     "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
+    "generate": ("ubatch.bench.generate_bench", "bench_generate.py",
+                 "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
 }
 
 
@@ -64,7 +67,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the families and strategies, then exit")
     p.set_defaults(func=run_suite)
-    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode}")
+    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,generate}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
     from ubatch.bench import split_bench

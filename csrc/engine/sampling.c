@@ -1,0 +1,273 @@
+/* Token sampling (see ub_sampling.h): per request, the k best candidates of the penalised logits are found
+ * in one pass over the row (a bounded min-heap; an AVX2 pass skips blocks of 8 logits below the heap's worst
+ * value), sorted, cut by top-p and min-p, scaled by the temperature and drawn from with a counter-based
+ * random number. Requests are independent: each one reads its own row and writes only its own outputs. */
+#define _POSIX_C_SOURCE 200809L
+#include "ub_sampling.h"
+#include "ub_common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define UB_SAMPLE_X86 1
+#endif
+
+typedef struct { float v; int32_t id; } cand;
+
+/* a before b: larger value first, lower id first on equal values (NaN never beats anything). */
+static inline int better(float av, int32_t aid, float bv, int32_t bid) {
+    return av > bv || (av == bv && aid < bid);
+}
+
+/* Bounded heap of the k best candidates seen; a[0] is the worst kept. a: cand[k], caller-owned. */
+typedef struct { cand *a; int32_t n, k; } topk;
+
+static void heap_down(topk *h, int32_t i) {
+    cand *a = h->a;
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < h->n && better(a[w].v, a[w].id, a[l].v, a[l].id)) w = l;
+        if (r < h->n && better(a[w].v, a[w].id, a[r].v, a[r].id)) w = r;
+        if (w == i) return;
+        cand t = a[i]; a[i] = a[w]; a[w] = t;
+        i = w;
+    }
+}
+
+static void heap_offer(topk *h, float v, int32_t id) {
+    cand *a = h->a;
+    if (h->n < h->k) {                 /* sift up: parents are worse than children */
+        int32_t i = h->n++;
+        a[i].v = v; a[i].id = id;
+        while (i > 0) {
+            int32_t p = (i - 1) / 2;
+            if (!better(a[p].v, a[p].id, a[i].v, a[i].id)) break;
+            cand t = a[i]; a[i] = a[p]; a[p] = t;
+            i = p;
+        }
+    } else if (better(v, id, a[0].v, a[0].id)) {
+        a[0].v = v; a[0].id = id;
+        heap_down(h, 0);
+    }
+}
+
+/* Offers x[i] for i in [i0, nv) whose skip[i] is 0 (skip may be NULL). x: float[nv]. */
+static void scan_plain(const float *x, int32_t i0, int32_t nv, const uint8_t *skip, topk *h) {
+    for (int32_t i = i0; i < nv; i++) {
+        if (skip && skip[i]) continue;
+        if (h->n < h->k || x[i] >= h->a[0].v) heap_offer(h, x[i], i);
+    }
+}
+
+#ifdef UB_SAMPLE_X86
+/* Same as scan_plain from 0, once the heap is full: 8 logits at a time are compared with the worst kept value
+ * and a block goes through the exact scalar test only when one of its logits reaches it. */
+__attribute__((target("avx2"))) static void scan_avx2(const float *x, int32_t nv, const uint8_t *skip, topk *h) {
+    int32_t i = 0;
+    for (; i < nv && h->n < h->k; i++)
+        if (!(skip && skip[i])) heap_offer(h, x[i], i);
+    if (h->n < h->k) return;
+    __m256 thr = _mm256_set1_ps(h->a[0].v);
+    for (; i + 8 <= nv; i += 8) {
+        int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), thr, _CMP_GE_OQ));
+        if (!m) continue;
+        for (int b = 0; b < 8; b++) {
+            if (!(m & (1 << b))) continue;
+            int32_t j = i + b;
+            if (skip && skip[j]) continue;
+            heap_offer(h, x[j], j);
+        }
+        thr = _mm256_set1_ps(h->a[0].v);
+    }
+    scan_plain(x, i, nv, skip, h);
+}
+#endif
+
+static int g_have_avx2 = -1;
+
+static void scan(const float *x, int32_t nv, const uint8_t *skip, topk *h) {
+#ifdef UB_SAMPLE_X86
+    if (g_have_avx2 < 0) g_have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    if (g_have_avx2) { scan_avx2(x, nv, skip, h); return; }
+#endif
+    scan_plain(x, 0, nv, skip, h);
+}
+
+static int cmp_cand(const void *pa, const void *pb) {
+    const cand *a = (const cand *)pa, *b = (const cand *)pb;
+    if (better(a->v, a->id, b->v, b->id)) return -1;
+    if (better(b->v, b->id, a->v, a->id)) return 1;
+    return 0;
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double ub_sample_uniform(uint64_t seed, uint64_t counter) {
+    uint64_t x = mix64(mix64(seed + 0x9E3779B97F4A7C15ULL) ^ (counter * 0xD1B54A32D192ED03ULL + 1ULL));
+    return (double)(x >> 11) * 0x1.0p-53;
+}
+
+typedef struct {
+    const float *logits; int32_t n_vocab; const int32_t *row;
+    const float *temperature; const int32_t *top_k; const float *top_p; const float *min_p; const float *penalty;
+    const int64_t *pen_off; const int32_t *pen_tok; const uint64_t *seed; const uint64_t *counter;
+    int32_t n_logprobs; int32_t *out_tok; float *out_lp; int32_t *out_top_id; float *out_top_lp;
+    int32_t cap;              /* candidates a scratch buffer holds */
+    int32_t i0, i1;           /* requests of this worker */
+    int rc;
+} job;
+
+/* Samples request i with scratch cands: cand[cap], skip: uint8[n_vocab] all zero on entry and on return. */
+static void sample_one(const job *J, int32_t i, cand *cands, uint8_t *skip) {
+    const int32_t nv = J->n_vocab;
+    const float *x = J->logits + (int64_t)J->row[i] * nv;
+    const float temp = J->temperature[i];
+    const float pen = J->penalty[i];
+    int32_t k = J->top_k[i];
+    if (k <= 0 || k > nv) k = nv;
+    if (temp <= 0.0f) k = 1;
+    topk h = { cands, 0, k };
+
+    /* penalised tokens: marked in skip, offered with their penalised value, then the unmarked scan */
+    const int64_t p0 = J->pen_off[i], p1 = J->pen_off[i + 1];
+    int use_pen = pen != 1.0f && p1 > p0;
+    if (use_pen) {
+        for (int64_t p = p0; p < p1; p++) {
+            int32_t t = J->pen_tok[p];
+            if (skip[t]) continue;
+            skip[t] = 1;
+            float v = x[t];
+            v = v > 0.0f ? v / pen : v * pen;
+            heap_offer(&h, v, t);
+        }
+    }
+    if (k == nv) {              /* whole vocabulary: every token is a candidate, sorted below */
+        for (int32_t t = 0; t < nv; t++)
+            if (!(use_pen && skip[t])) { cands[h.n].v = x[t]; cands[h.n].id = t; h.n++; }
+    } else {
+        scan(x, nv, use_pen ? skip : NULL, &h);
+    }
+    if (use_pen)
+        for (int64_t p = p0; p < p1; p++) skip[J->pen_tok[p]] = 0;
+
+    int32_t m = h.n;
+    qsort(cands, (size_t)m, sizeof(cand), cmp_cand);
+    int32_t tok = cands[0].id;
+    if (temp > 0.0f && m > 1) {
+        const double vmax = cands[0].v;
+        const float tp = J->top_p[i], mp = J->min_p[i];
+        if (tp < 1.0f) {        /* smallest prefix whose probability reaches top_p */
+            double s = 0.0, cum = 0.0;
+            for (int32_t j = 0; j < m; j++) s += exp((double)cands[j].v - vmax);
+            for (int32_t j = 0; j < m; j++) {
+                cum += exp((double)cands[j].v - vmax) / s;
+                if (cum >= tp) { m = j + 1; break; }
+            }
+        }
+        if (mp > 0.0f) {        /* tokens within log(min_p) of the best */
+            const float lim = cands[0].v + logf(mp);
+            int32_t keep = 1;
+            while (keep < m && cands[keep].v >= lim) keep++;
+            m = keep;
+        }
+        double s = 0.0;
+        for (int32_t j = 0; j < m; j++) s += exp(((double)cands[j].v - vmax) / temp);
+        const double target = ub_sample_uniform(J->seed[i], J->counter[i]) * s;
+        double cum = 0.0;
+        tok = cands[m - 1].id;
+        for (int32_t j = 0; j < m; j++) {
+            cum += exp(((double)cands[j].v - vmax) / temp);
+            if (cum > target) { tok = cands[j].id; break; }
+        }
+    }
+    J->out_tok[i] = tok;
+
+    if (J->n_logprobs >= 0) {   /* log-softmax of the raw logits */
+        float mx = x[0];
+        for (int32_t t = 1; t < nv; t++) if (x[t] > mx) mx = x[t];
+        double s = 0.0;
+        for (int32_t t = 0; t < nv; t++) s += exp((double)x[t] - mx);
+        const double lse = (double)mx + log(s);
+        J->out_lp[i] = (float)((double)x[tok] - lse);
+        const int32_t nl = J->n_logprobs;
+        if (nl > 0) {
+            topk t = { cands, 0, nl };
+            scan(x, nv, NULL, &t);
+            qsort(cands, (size_t)t.n, sizeof(cand), cmp_cand);
+            for (int32_t j = 0; j < nl; j++) {
+                J->out_top_id[(int64_t)i * nl + j] = cands[j].id;
+                J->out_top_lp[(int64_t)i * nl + j] = (float)((double)cands[j].v - lse);
+            }
+        }
+    }
+}
+
+static void *run_job(void *arg) {
+    job *J = (job *)arg;
+    cand *cands = (cand *)malloc((size_t)J->cap * sizeof(cand));
+    uint8_t *skip = (uint8_t *)calloc((size_t)J->n_vocab, 1);
+    if (!cands || !skip) { J->rc = UB_E_NOMEM; free(cands); free(skip); return NULL; }
+    for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, cands, skip);
+    free(cands);
+    free(skip);
+    J->rc = UB_OK;
+    return NULL;
+}
+
+int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, const int32_t *row,
+              const float *temperature, const int32_t *top_k, const float *top_p, const float *min_p,
+              const float *penalty, const int64_t *pen_off, const int32_t *pen_tok,
+              const uint64_t *seed, const uint64_t *counter, int32_t n_logprobs,
+              int32_t *out_tok, float *out_lp, int32_t *out_top_id, float *out_top_lp, int32_t n_threads) {
+    if (n < 0 || n_vocab <= 0 || n_rows < 0 || n_logprobs < -1 || n_logprobs > n_vocab) return UB_E_ARG;
+    if (n == 0) return UB_OK;
+    if (!logits || !row || !temperature || !top_k || !top_p || !min_p || !penalty || !pen_off || !seed ||
+        !counter || !out_tok) return UB_E_ARG;
+    if (n_logprobs >= 0 && (!out_lp || (n_logprobs > 0 && (!out_top_id || !out_top_lp)))) return UB_E_ARG;
+    if (pen_off[0] != 0) return UB_E_ARG;
+    int32_t cap = n_logprobs > 0 ? n_logprobs : 1;
+    for (int32_t i = 0; i < n; i++) {
+        if (row[i] < 0 || (int64_t)row[i] >= n_rows) return UB_E_ARG;
+        if (pen_off[i + 1] < pen_off[i]) return UB_E_ARG;
+        if (!(penalty[i] > 0.0f) || temperature[i] != temperature[i]) return UB_E_ARG;
+        int32_t k = top_k[i];
+        if (k <= 0 || k > n_vocab) k = n_vocab;
+        if (temperature[i] <= 0.0f) k = 1;
+        if (k > cap) cap = k;
+    }
+    if (pen_off[n] > 0 && !pen_tok) return UB_E_ARG;
+    for (int64_t p = 0; p < pen_off[n]; p++)
+        if (pen_tok[p] < 0 || pen_tok[p] >= n_vocab) return UB_E_ARG;
+
+    job base = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, seed, counter,
+                 n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, 0, n, UB_OK };
+    int32_t nt = n_threads < 1 ? 1 : n_threads;
+    if (nt > n) nt = n;
+    if (nt > 64) nt = 64;
+    if ((int64_t)n * n_vocab < (1 << 18)) nt = 1;     /* too little work to pay for a thread */
+    if (nt == 1) { run_job(&base); return base.rc; }
+    job jobs[64];
+    pthread_t th[64];
+    int started[64] = {0};
+    for (int32_t t = 0; t < nt; t++) {
+        jobs[t] = base;
+        jobs[t].i0 = (int32_t)((int64_t)n * t / nt);
+        jobs[t].i1 = (int32_t)((int64_t)n * (t + 1) / nt);
+        if (t > 0) started[t] = pthread_create(&th[t], NULL, run_job, &jobs[t]) == 0;
+    }
+    run_job(&jobs[0]);
+    int rc = jobs[0].rc;
+    for (int32_t t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else run_job(&jobs[t]);                   /* no thread: do its share here */
+        if (jobs[t].rc != UB_OK) rc = jobs[t].rc;
+    }
+    return rc;
+}
