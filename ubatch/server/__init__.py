@@ -9,14 +9,13 @@ Files, one job each:
   sampling.py    OpenAI sampling fields + server limits -> SamplingParams
   worker.py      the engine thread owning the LLMEngine; bounded admission (429), cancel, failure isolation
   generation.py  event-loop side of a request: accept, collect or stream, cancel on disconnect
-  embedder.py    /v1/embeddings on a pooled Context, run by the engine thread
   responses.py   OpenAI response / chunk bodies, logprobs
   sse.py         server-sent events framing
   auth.py        Bearer API key, constant-time compare
   metrics.py     Prometheus text metrics
   routes.py      the endpoints
   app.py         FastAPI app: gate middleware (auth, drain, metrics), error handlers, lifespan
-  state.py       model + engine + worker + embedder assembled from a ServerConfig
+  state.py       model + engine + worker assembled from a ServerConfig
   http_server.py uvicorn with drain-on-SIGTERM and the bound address printed
 """
 from ubatch.server.config import ServerConfig

@@ -109,9 +109,6 @@ def chat_tokens(tokenizer, messages) -> List[int]:
     tok = _need_tokenizer(tokenizer, "messages")
     msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
             for i, m in enumerate(messages)]
-    if getattr(tok, "chat_template", None) is None:
-        raise APIError(400, "messages: this model has no chat template (tokenizer.chat_template)",
-                       param="messages")
     try:
         text = tok.apply_chat_template(msgs, add_generation_prompt=True)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)

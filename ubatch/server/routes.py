@@ -154,7 +154,11 @@ async def embeddings(request: Request) -> Response:
     if req.dimensions is not None and req.dimensions != st.n_embd:
         raise APIError(400, f"dimensions = {req.dimensions}: this model's embeddings have {st.n_embd}",
                        param="dimensions")
-    st.embedder.check(inputs)
+    for i, ids in enumerate(inputs):
+        if len(ids) > st.n_ctx_seq:
+            where = "input" if len(inputs) == 1 else f"input.{i}"
+            raise APIError(400, f"{where}: {len(ids)} tokens exceed the context of {st.n_ctx_seq} tokens",
+                           param=where, code="context_length_exceeded")
     h = st.worker.submit_embeddings(inputs)
     try:
         _, (kind, payload) = await h.events.get()

@@ -1,4 +1,4 @@
-"""What the app serves: the model, its LLMEngine, the engine thread, the embedder and the metrics, built
+"""What the app serves: the model, its LLMEngine, the engine thread and the metrics, built
 from a ServerConfig (`build_state`) or from an engine built elsewhere (tests, embedding)."""
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import time
 from typing import Any, Optional
 
 from ubatch.server.config import ServerConfig
-from ubatch.server.embedder import Embedder
 from ubatch.server.errors import APIError
 from ubatch.server.metrics import Metrics
 from ubatch.server.worker import EngineWorker
@@ -51,13 +50,16 @@ class ServerState:
             import ubatch.engine as _eng
             too_long = getattr(_eng, "PromptTooLongError", None)
         self.metrics = Metrics()
-        self.embedder = Embedder(self.model, n_ctx=min(cfg.n_ctx, 2048), n_seq_max=min(cfg.parallel, 16),
-                                 n_threads=cfg.n_threads)
+        self.n_ctx_seq = int(engine.ctx.n_ctx_seq)
         self.worker = EngineWorker(engine, self.metrics, capacity=cfg.parallel + cfg.max_queue,
-                                   retry_after=cfg.retry_after_seconds, embedder=self.embedder,
+                                   retry_after=cfg.retry_after_seconds, embedder=self.embed,
                                    prompt_too_long=(too_long,) if too_long else ())
         self.created = int(time.time())
         self.model_id = cfg.served_id
+
+    def embed(self, inputs):
+        """Engine thread only: mean-pooled, L2-normalised embeddings (the engine's own embedding context)."""
+        return self.engine.embed(inputs, pooling="mean", normalize=True)
 
     def check_model(self, name: str) -> None:
         if name != self.model_id:

@@ -228,6 +228,8 @@ class EngineWorker:
             posts.append((job.handle, ("embeddings", self.embedder(job.prompt))))
         except APIError as e:
             posts.append((job.handle, ("error", e)))
+        except ValueError as e:
+            posts.append((job.handle, ("error", APIError(400, str(e), param="input"))))
         except Exception as e:
             log.exception("embedding failed")
             posts.append((job.handle, ("error", APIError(500, f"embedding failed: {e}"))))
