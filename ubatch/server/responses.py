@@ -40,7 +40,10 @@ def completion_logprobs(entries: List[Any], piece: Callable[[int], str], offset0
         t = piece(tid)
         tokens.append(t)
         lps.append(lp)
-        tops.append({piece(i): v for i, v in top})
+        d: Dict[str, float] = {}
+        for i, v in top:                   # pieces can coincide (e.g. invalid UTF-8 bytes): keep the likeliest
+            d.setdefault(piece(i), v)
+        tops.append(d)
         offs.append(off)
         off += len(t)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}

@@ -127,15 +127,14 @@ async def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: 
         async for step in gen.deltas():
             out = []
             for c, text, ids, lps in step:
-                if text or ids:
-                    d = {"index": c.index, "delta": {"content": text} if text else {},
-                         "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None else None,
-                         "finish_reason": None}
-                    if req.return_token_ids:
-                        d["token_ids"] = list(ids)
-                    out.append(d)
-                if c.finish_reason is not None:
-                    out.append({"index": c.index, "delta": {}, "logprobs": None, "finish_reason": c.finish_reason})
+                if not text and not ids and c.finish_reason is None:
+                    continue
+                d = {"index": c.index, "delta": {"content": text} if text else {},
+                     "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None and lps else None,
+                     "finish_reason": c.finish_reason}
+                if req.return_token_ids:
+                    d["token_ids"] = list(ids)
+                out.append(d)
             if out:
                 yield sse.event(R.chat_chunk(rid, st.model_id, created, out))
     except APIError as e:
