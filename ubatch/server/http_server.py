@@ -4,6 +4,7 @@ requests (503) at once, the listening socket closes, in-flight requests get `gra
 engine thread stops. The bound address is printed once listening (port 0 picks a free port)."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import uvicorn
@@ -20,6 +21,16 @@ class UbatchServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.ub_state.worker.begin_drain()
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """As uvicorn's, but a SIGTERM / SIGINT that led to a completed drain is not re-raised: the process
+        exits with status 0 (uvicorn would re-deliver the signal and die of it)."""
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals.clear()
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
