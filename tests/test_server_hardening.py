@@ -254,12 +254,12 @@ def _soak_round(server, rnd: random.Random, n: int) -> dict:
 
 def test_soak_leaves_kv_empty_and_memory_flat(server):
     rnd = random.Random(15)
-    _soak_round(server, rnd, 80)                 # warm-up: allocator pools, caches, embedding context
+    _soak_round(server, rnd, 60)                 # warm-up: allocator pools, caches, embedding context
     server.wait_idle()
     rss0 = server.rss_kib()
-    codes = _soak_round(server, rnd, 240)
+    codes = _soak_round(server, rnd, 200)
     m = server.wait_idle()
     rss1 = server.rss_kib()
-    assert codes.get(200, 0) > 100
+    assert codes.get(200, 0) > 80
     assert m["ubatch_kv_cells_used"] == 0 and m["ubatch_active_sequences"] == 0
-    assert rss1 - rss0 < 24 * 1024, f"RSS grew from {rss0} KiB to {rss1} KiB over 240 requests"
+    assert rss1 - rss0 < 24 * 1024, f"RSS grew from {rss0} KiB to {rss1} KiB over 200 requests"

@@ -6,7 +6,8 @@ away. The engine thread, in a loop: takes the new submissions and cancellations 
 abort_request: an aborted sequence's KV cells are freed before the next step), runs queued embedding
 jobs, then one `step()` (one token of every generating sequence plus prompt chunks), and posts each
 request's progress back to the event loop with one call_soon_threadsafe per step. A step that raises fails
-the requests that were in it (500) and the loop goes on; the server stays up."""
+the requests that had a sequence in it (500; those still queued in the engine go on) and the loop goes on;
+the server stays up."""
 from __future__ import annotations
 
 import asyncio
@@ -260,19 +261,30 @@ class EngineWorker:
         self.metrics.tokens(generated=generated)
         self.metrics.step(dt, seqs)
 
+    def _waiting_ids(self) -> set:
+        """Requests the engine still holds in its queue (no sequence yet, so in no decode)."""
+        try:
+            return {str(u[0].rid) for u in getattr(self.engine, "_waiting", ())}
+        except Exception:
+            return set()
+
     def _fail_live(self, exc: BaseException, posts) -> None:
-        """A step raised: every request that was in the engine fails (500); the engine is emptied."""
+        """A step raised: the requests that had a sequence in that decode fail (500) and leave the engine;
+        those still queued in the engine were in no decode and go on."""
         self.metrics.event("step_failures")
         log.error("engine step failed: %s\n%s", exc, traceback.format_exc())
+        queued = self._waiting_ids()
+        err = APIError(500, f"decoding failed: {type(exc).__name__}: {exc}", code="decode_failed")
         for rid, job in list(self._live.items()):
+            if rid in queued:
+                continue
             try:
                 self.engine.abort_request(rid)
             except Exception:
                 log.exception("abort_request(%s) after a failed step", rid)
-            posts.append((job.handle, ("error", APIError(500, f"decoding failed: {type(exc).__name__}: {exc}",
-                                                         code="decode_failed"))))
+            posts.append((job.handle, ("error", err)))
+            del self._live[rid]
             self._release()
-        self._live.clear()
 
     def _shutdown(self, inbox: List[_Job], posts) -> None:
         err = APIError(503, "the server shut down before the request finished", code="shutting_down")
