@@ -4,6 +4,7 @@
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
     ubatch bench kv|attention|decode [ARGS...]    the KV-cache / attention / decode benchmarks, when built
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
+    ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ KERNEL_BENCHES = {
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
     "generate": ("ubatch.bench.generate_bench", "bench_generate.py",
                  "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
+    "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
+              "ubatch serve under C concurrent clients beside llama-cpp-python's server"),
 }
 
 
@@ -67,7 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the families and strategies, then exit")
     p.set_defaults(func=run_suite)
-    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,generate}")
+    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,generate,serve}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
     from ubatch.bench import split_bench
