@@ -8,5 +8,6 @@
 #include "ub_kv.h"
 #include "ub_compute.h"
 #include "ub_sampling.h"
+#include "ub_tok.h"
 
 #endif
