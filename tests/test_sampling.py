@@ -155,3 +155,21 @@ def test_bad_arrays_raise():
     sb.add(0, SamplingParams(repeat_penalty=1.2), 0, 0, np.array([11], np.int32))
     with pytest.raises(ValueError, match="penalised token"):
         sample(x, sb)
+
+
+def test_plain_c_path_equals_avx2_bitwise():
+    from ubatch._ffi import lib
+    rng = np.random.default_rng(3)
+    L = (rng.standard_normal((8, 50003)) * 4).astype(np.float32)
+    sb = SampleBatch()
+    for i in range(8):
+        sb.add(i, SamplingParams(temperature=0.9, top_k=int(5 + 7 * i), repeat_penalty=1.3).validated(), i, 2,
+               rng.integers(0, 50003, 40).astype(np.int32))
+    fast = sample(L, sb, n_logprobs=3)
+    was = lib.ub_sample_force_plain(1)
+    try:
+        plain = sample(L, sb, n_logprobs=3)
+    finally:
+        lib.ub_sample_force_plain(was)
+    for a, b in zip(fast, plain):
+        assert np.array_equal(a, b)

@@ -87,13 +87,105 @@ __attribute__((target("avx2"))) static void scan_avx2(const float *x, int32_t nv
 #endif
 
 static int g_have_avx2 = -1;
+static int g_force_plain;             /* tests: 1 = use the plain-C paths (ub_sample_force_plain) */
 
 static void scan(const float *x, int32_t nv, const uint8_t *skip, topk *h) {
 #ifdef UB_SAMPLE_X86
     if (g_have_avx2 < 0) g_have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-    if (g_have_avx2) { scan_avx2(x, nv, skip, h); return; }
+    if (g_have_avx2 && !g_force_plain) { scan_avx2(x, nv, skip, h); return; }
 #endif
     scan_plain(x, 0, nv, skip, h);
+}
+
+/* ---- log-sum-exp of a logits row: one max pass, one pass of exp(x - max) summed in 8 double lanes. The AVX2
+ * and the plain path compute the same polynomial with the same fused operations in the same lane order, so the
+ * result is bitwise the same on every machine. */
+static const float LSE_LOG2E = 1.44269504088896341f, LSE_LN2_HI = 0.693359375f, LSE_LN2_LO = -2.12194440e-4f;
+static const float LSE_P[6] = { 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                                1.6666665459e-1f, 5.0000001201e-1f };
+
+/* exp(d) for d <= 0 (0 below -87): Cephes' expf polynomial, every step an explicit fma or product. */
+static inline float exp_neg(float d) {
+    if (!(d >= -87.0f)) return 0.0f;
+    float n = nearbyintf(d * LSE_LOG2E);
+    float r = fmaf(-n, LSE_LN2_HI, d);
+    r = fmaf(-n, LSE_LN2_LO, r);
+    float p = LSE_P[0];
+    for (int k = 1; k < 6; k++) p = fmaf(p, r, LSE_P[k]);
+    float r2 = r * r;
+    float y = fmaf(p, r2, r) + 1.0f;
+    int32_t e = (int32_t)n + 127;
+    uint32_t bits = (uint32_t)e << 23;
+    float sc;
+    memcpy(&sc, &bits, 4);
+    return y * sc;
+}
+
+static double lse_plain(const float *x, int32_t nv) {
+    float mx = x[0];
+    for (int32_t t = 1; t < nv; t++) if (x[t] > mx) mx = x[t];
+    double lane[8] = {0};
+    int32_t t = 0;
+    for (; t + 8 <= nv; t += 8)
+        for (int l = 0; l < 8; l++) lane[l] += (double)exp_neg(x[t + l] - mx);
+    double s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (; t < nv; t++) s += (double)exp_neg(x[t] - mx);
+    return (double)mx + log(s);
+}
+
+#ifdef UB_SAMPLE_X86
+__attribute__((target("avx2,fma"))) static double lse_avx2(const float *x, int32_t nv) {
+    float mx = x[0];
+    int32_t t = 0;
+    if (nv >= 8) {
+        __m256 m = _mm256_loadu_ps(x);
+        for (t = 8; t + 8 <= nv; t += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + t));
+        float tmp[8];
+        _mm256_storeu_ps(tmp, m);
+        for (int l = 0; l < 8; l++) if (tmp[l] > mx) mx = tmp[l];
+    }
+    for (; t < nv; t++) if (x[t] > mx) mx = x[t];
+    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f), l2e = _mm256_set1_ps(LSE_LOG2E);
+    const __m256 hi_ = _mm256_set1_ps(LSE_LN2_HI), lo_ = _mm256_set1_ps(LSE_LN2_LO), one = _mm256_set1_ps(1.0f);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (t = 0; t + 8 <= nv; t += 8) {
+        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + t), vmx);
+        __m256 ok = _mm256_cmp_ps(d, lo, _CMP_GE_OQ);
+        __m256 n = _mm256_round_ps(_mm256_mul_ps(d, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(n, hi_, d);
+        r = _mm256_fnmadd_ps(n, lo_, r);
+        __m256 p = _mm256_set1_ps(LSE_P[0]);
+        for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LSE_P[k]));
+        __m256 r2 = _mm256_mul_ps(r, r);
+        __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), one);
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_blendv_ps(lo, n, ok)),
+                                                        _mm256_set1_epi32(127)), 23);
+        y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), ok);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+    }
+    double a[4], b[4];
+    _mm256_storeu_pd(a, s0);
+    _mm256_storeu_pd(b, s1);
+    double s = ((a[0] + b[0]) + (a[1] + b[1])) + ((a[2] + b[2]) + (a[3] + b[3]));
+    for (; t < nv; t++) s += (double)exp_neg(x[t] - mx);
+    return (double)mx + log(s);
+}
+#endif
+
+static int g_have_fma = -1;
+int ub_sample_force_plain(int on) {
+    int was = g_force_plain;
+    g_force_plain = on ? 1 : 0;
+    return was;
+}
+
+static double log_sum_exp(const float *x, int32_t nv) {
+#ifdef UB_SAMPLE_X86
+    if (g_have_fma < 0) g_have_fma = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
+    if (g_have_fma && !g_force_plain) return lse_avx2(x, nv);
+#endif
+    return lse_plain(x, nv);
 }
 
 static int cmp_cand(const void *pa, const void *pb) {
@@ -190,11 +282,7 @@ static void sample_one(const job *J, int32_t i, cand *cands, uint8_t *skip) {
     J->out_tok[i] = tok;
 
     if (J->n_logprobs >= 0) {   /* log-softmax of the raw logits */
-        float mx = x[0];
-        for (int32_t t = 1; t < nv; t++) if (x[t] > mx) mx = x[t];
-        double s = 0.0;
-        for (int32_t t = 0; t < nv; t++) s += exp((double)x[t] - mx);
-        const double lse = (double)mx + log(s);
+        const double lse = log_sum_exp(x, nv);
         J->out_lp[i] = (float)((double)x[tok] - lse);
         const int32_t nl = J->n_logprobs;
         if (nl > 0) {

@@ -33,6 +33,10 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
 
 /* The uniform double in [0, 1) that ub_sample draws for (seed, counter). */
 double ub_sample_uniform(uint64_t seed, uint64_t counter);
+
+/* Tests: on != 0 makes ub_sample use its plain-C paths instead of AVX2 (results are the same bitwise); returns
+ * the previous setting. Not thread-safe with respect to running ub_sample calls. */
+int ub_sample_force_plain(int on);
 /* cdef:end */
 
 #endif
