@@ -209,45 +209,64 @@ double ub_sample_uniform(uint64_t seed, uint64_t counter) {
 typedef struct {
     const float *logits; int32_t n_vocab; const int32_t *row;
     const float *temperature; const int32_t *top_k; const float *top_p; const float *min_p; const float *penalty;
-    const int64_t *pen_off; const int32_t *pen_tok; const uint64_t *seed; const uint64_t *counter;
+    const int64_t *pen_off; const int32_t *pen_tok; const int64_t *bias_off; const int32_t *bias_tok;
+    const float *bias_val; const uint64_t *seed; const uint64_t *counter;
     int32_t n_logprobs; int32_t *out_tok; float *out_lp; int32_t *out_top_id; float *out_top_lp;
     int32_t cap;              /* candidates a scratch buffer holds */
     int32_t i0, i1;           /* requests of this worker */
     int rc;
 } job;
 
-/* Samples request i with scratch cands: cand[cap], skip: uint8[n_vocab] all zero on entry and on return. */
-static void sample_one(const job *J, int32_t i, cand *cands, uint8_t *skip) {
+/* Per-thread scratch, all n_vocab long and all zero between requests: flag (1 biased, 2 penalised, 4 offered),
+ * the token's count in the penalty window, its bias. */
+typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; } scratch;
+
+/* Samples request i (see ub_sampling.h for the chain). */
+static void sample_one(const job *J, int32_t i, scratch *S) {
     const int32_t nv = J->n_vocab;
     const float *x = J->logits + (int64_t)J->row[i] * nv;
     const float temp = J->temperature[i];
-    const float pen = J->penalty[i];
+    const float rep = J->penalty[3 * i], freq = J->penalty[3 * i + 1], pres = J->penalty[3 * i + 2];
+    cand *cands = S->cands;
+    uint8_t *flag = S->flag;
     int32_t k = J->top_k[i];
     if (k <= 0 || k > nv) k = nv;
     if (temp <= 0.0f) k = 1;
     topk h = { cands, 0, k };
 
-    /* penalised tokens: marked in skip, offered with their penalised value, then the unmarked scan */
+    /* tokens with a bias or a penalty: marked, offered once with their modified value; the scan skips them */
+    const int64_t b0 = J->bias_off ? J->bias_off[i] : 0, b1 = J->bias_off ? J->bias_off[i + 1] : 0;
     const int64_t p0 = J->pen_off[i], p1 = J->pen_off[i + 1];
-    int use_pen = pen != 1.0f && p1 > p0;
-    if (use_pen) {
-        for (int64_t p = p0; p < p1; p++) {
-            int32_t t = J->pen_tok[p];
-            if (skip[t]) continue;
-            skip[t] = 1;
+    const int use_pen = (rep != 1.0f || freq != 0.0f || pres != 0.0f) && p1 > p0;
+    const int marked = b1 > b0 || use_pen;
+    for (int64_t b = b0; b < b1; b++) { flag[J->bias_tok[b]] |= 1; S->bias[J->bias_tok[b]] = J->bias_val[b]; }
+    if (use_pen)
+        for (int64_t p = p0; p < p1; p++) { flag[J->pen_tok[p]] |= 2; S->cnt[J->pen_tok[p]]++; }
+    for (int pass = 0; pass < 2 && marked; pass++) {
+        const int64_t a = pass ? p0 : b0, e = pass ? (use_pen ? p1 : p0) : b1;
+        const int32_t *ids = pass ? J->pen_tok : J->bias_tok;
+        for (int64_t q = a; q < e; q++) {
+            const int32_t t = ids[q];
+            if (flag[t] & 4) continue;
+            flag[t] |= 4;
             float v = x[t];
-            v = v > 0.0f ? v / pen : v * pen;
+            if (flag[t] & 1) v += S->bias[t];
+            if (flag[t] & 2) {                   /* llama.cpp's penalties sampler */
+                v = v <= 0.0f ? v * rep : v / rep;
+                v -= (float)S->cnt[t] * freq + pres;
+            }
             heap_offer(&h, v, t);
         }
     }
     if (k == nv) {              /* whole vocabulary: every token is a candidate, sorted below */
         for (int32_t t = 0; t < nv; t++)
-            if (!(use_pen && skip[t])) { cands[h.n].v = x[t]; cands[h.n].id = t; h.n++; }
+            if (!(marked && flag[t])) { cands[h.n].v = x[t]; cands[h.n].id = t; h.n++; }
     } else {
-        scan(x, nv, use_pen ? skip : NULL, &h);
+        scan(x, nv, marked ? flag : NULL, &h);
     }
+    for (int64_t b = b0; b < b1; b++) { flag[J->bias_tok[b]] = 0; S->bias[J->bias_tok[b]] = 0.0f; }
     if (use_pen)
-        for (int64_t p = p0; p < p1; p++) skip[J->pen_tok[p]] = 0;
+        for (int64_t p = p0; p < p1; p++) { flag[J->pen_tok[p]] = 0; S->cnt[J->pen_tok[p]] = 0; }
 
     int32_t m = h.n;
     qsort(cands, (size_t)m, sizeof(cand), cmp_cand);
@@ -299,19 +318,28 @@ static void sample_one(const job *J, int32_t i, cand *cands, uint8_t *skip) {
 
 static void *run_job(void *arg) {
     job *J = (job *)arg;
-    cand *cands = (cand *)malloc((size_t)J->cap * sizeof(cand));
-    uint8_t *skip = (uint8_t *)calloc((size_t)J->n_vocab, 1);
-    if (!cands || !skip) { J->rc = UB_E_NOMEM; free(cands); free(skip); return NULL; }
-    for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, cands, skip);
-    free(cands);
-    free(skip);
-    J->rc = UB_OK;
+    scratch S;
+    S.cands = (cand *)malloc((size_t)J->cap * sizeof(cand));
+    S.flag = (uint8_t *)calloc((size_t)J->n_vocab, 1);
+    S.cnt = (int32_t *)calloc((size_t)J->n_vocab, sizeof(int32_t));
+    S.bias = (float *)calloc((size_t)J->n_vocab, sizeof(float));
+    if (S.cands && S.flag && S.cnt && S.bias) {
+        for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, &S);
+        J->rc = UB_OK;
+    } else {
+        J->rc = UB_E_NOMEM;
+    }
+    free(S.cands);
+    free(S.flag);
+    free(S.cnt);
+    free(S.bias);
     return NULL;
 }
 
 int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, const int32_t *row,
               const float *temperature, const int32_t *top_k, const float *top_p, const float *min_p,
               const float *penalty, const int64_t *pen_off, const int32_t *pen_tok,
+              const int64_t *bias_off, const int32_t *bias_tok, const float *bias_val,
               const uint64_t *seed, const uint64_t *counter, int32_t n_logprobs,
               int32_t *out_tok, float *out_lp, int32_t *out_top_id, float *out_top_lp, int32_t n_threads) {
     if (n < 0 || n_vocab <= 0 || n_rows < 0 || n_logprobs < -1 || n_logprobs > n_vocab) return UB_E_ARG;
@@ -324,7 +352,9 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
     for (int32_t i = 0; i < n; i++) {
         if (row[i] < 0 || (int64_t)row[i] >= n_rows) return UB_E_ARG;
         if (pen_off[i + 1] < pen_off[i]) return UB_E_ARG;
-        if (!(penalty[i] > 0.0f) || temperature[i] != temperature[i]) return UB_E_ARG;
+        if (!(penalty[3 * i] > 0.0f) || temperature[i] != temperature[i]) return UB_E_ARG;
+        if (!isfinite(penalty[3 * i + 1]) || !isfinite(penalty[3 * i + 2])) return UB_E_ARG;
+        if (bias_off && bias_off[i + 1] < bias_off[i]) return UB_E_ARG;
         int32_t k = top_k[i];
         if (k <= 0 || k > n_vocab) k = n_vocab;
         if (temperature[i] <= 0.0f) k = 1;
@@ -333,8 +363,14 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
     if (pen_off[n] > 0 && !pen_tok) return UB_E_ARG;
     for (int64_t p = 0; p < pen_off[n]; p++)
         if (pen_tok[p] < 0 || pen_tok[p] >= n_vocab) return UB_E_ARG;
+    if (bias_off) {
+        if (bias_off[0] != 0 || (bias_off[n] > 0 && (!bias_tok || !bias_val))) return UB_E_ARG;
+        for (int64_t b = 0; b < bias_off[n]; b++)
+            if (bias_tok[b] < 0 || bias_tok[b] >= n_vocab || isnan(bias_val[b])) return UB_E_ARG;
+    }
 
-    job base = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, seed, counter,
+    job base = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, bias_off,
+                 bias_tok, bias_val, seed, counter,
                  n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, 0, n, UB_OK };
     int32_t nt = n_threads < 1 ? 1 : n_threads;
     if (nt > n) nt = n;
