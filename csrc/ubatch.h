@@ -7,6 +7,7 @@
 #include "ub_alloc.h"
 #include "ub_kv.h"
 #include "ub_compute.h"
+#include "ub_matmul.h"
 #include "ub_sampling.h"
 #include "ub_tok.h"
 

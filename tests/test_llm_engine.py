@@ -198,3 +198,12 @@ def test_one_decode_per_step_with_every_generating_sequence():
             last = eng.statistics.ubatches[-1].seq_tokens
             assert sum(d for _, d in last.values()) == running
     assert eng.statistics.steps == eng.statistics.decode_calls
+
+
+def test_more_generating_sequences_than_n_batch():
+    """8 sequences and n_batch 3: a step's decode tokens go out in several slices; results unchanged."""
+    ps = prompts(8, seed=9)
+    kw = dict(max_tokens=6, temperature=0.8, seed=4)
+    small = ubatch.LLM(MODEL, n_ctx=2048, n_batch=3, n_ubatch=2, n_seq_max=8).generate(ps, **kw)
+    big = ubatch.LLM(MODEL, n_ctx=2048, n_batch=512, n_ubatch=512, n_seq_max=8, kv_unified=True).generate(ps, **kw)
+    assert [c.tokens for c in small] == [c.tokens for c in big]

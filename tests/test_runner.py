@@ -5,6 +5,7 @@ import pytest
 from decode_driver import NumpyCells
 from ubatch import Batch, BatchAllocator
 from ubatch.compute import kernels
+from ubatch.compute import ops as cops
 from ubatch.models import tiny_llama
 from ubatch.memory.placement import Placement
 from ubatch.compute.runner import ModelRunner
@@ -57,7 +58,7 @@ def test_failure_leaves_kv_untouched(monkeypatch):
     r.k[0][0, 1] = 3.0  # data in a cell the ubatch overwrites (cells 0..2) before the injected failure
     before = r.snapshot_kv()
     calls = []
-    real = kernels.attention
+    real = cops.attention_visible
 
     def failing(*a, **kw):
         calls.append(1)
@@ -65,7 +66,7 @@ def test_failure_leaves_kv_untouched(monkeypatch):
             raise MemoryError("injected")
         return real(*a, **kw)
 
-    monkeypatch.setattr(kernels, "attention", failing)
+    monkeypatch.setattr(cops, "attention_visible", failing)
     with pytest.raises(MemoryError):
         r.compute(ub, place)
     for a, b in zip(r.k + r.v, before[0] + before[1]):

@@ -12,9 +12,13 @@ from ubatch.engine.sampling import SampleBatch, SamplingParams, sample, uniform
 def reference(x: np.ndarray, p: SamplingParams, seed: int, counter: int, hist) -> int:
     """llama.cpp's chain in numpy (float64 where the C code uses double)."""
     x = x.astype(np.float32).copy()
-    if p.repeat_penalty != 1.0 and hist is not None:
-        for t in set(np.asarray(hist).tolist()):
+    for t, b in (p.logit_bias or {}).items():
+        x[t] = x[t] + np.float32(b)
+    if p.penalised and hist is not None:
+        h = np.asarray(hist).tolist()
+        for t in set(h):
             x[t] = x[t] / np.float32(p.repeat_penalty) if x[t] > 0 else x[t] * np.float32(p.repeat_penalty)
+            x[t] = x[t] - (np.float32(h.count(t)) * np.float32(p.frequency_penalty) + np.float32(p.presence_penalty))
     order = sorted(range(len(x)), key=lambda i: (-x[i], i))
     if p.temperature <= 0:
         return order[0]
@@ -69,7 +73,12 @@ def test_chain_matches_reference(case):
         x[rng.integers(0, nv, 3)] = x.max()                # ties at the top
     p = SamplingParams(temperature=float(rng.choice([0.0, 0.3, 0.8, 1.0, 1.7])),
                        top_k=int(rng.choice([0, 1, 5, 40, nv + 3])), top_p=float(rng.choice([1.0, 0.95, 0.5, 0.1])),
-                       min_p=float(rng.choice([0.0, 0.05, 0.3])), repeat_penalty=float(rng.choice([1.0, 1.3, 0.8])))
+                       min_p=float(rng.choice([0.0, 0.05, 0.3])), repeat_penalty=float(rng.choice([1.0, 1.3, 0.8])),
+                       frequency_penalty=float(rng.choice([0.0, 0.0, 0.5])),
+                       presence_penalty=float(rng.choice([0.0, 0.0, 0.7, -0.3])),
+                       logit_bias=None if case % 3 else {int(t): float(rng.normal() * 3) for t in
+                                                         rng.integers(0, nv, 4)} | {int(rng.integers(nv)): -np.inf})
+    p = p.validated(nv)
     hist = rng.integers(0, nv, int(rng.integers(0, 12)))
     for counter in range(8):
         seed = int(rng.integers(0, 2**63))
@@ -95,6 +104,15 @@ def test_cuts_are_never_crossed():
         assert _one(x, SamplingParams(temperature=1.0, top_k=0, top_p=0.75, min_p=0.0), 7, c) in (0, 1)
         assert _one(x, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0), 7, c) in (0, 1)
         assert _one(x, SamplingParams(temperature=3.0, top_k=0, top_p=1.0, min_p=0.25), 7, c) in (0, 1, 2)
+
+
+def test_logit_bias_and_frequency_presence_penalties():
+    x = np.array([1.0, 3.0, 2.9, 2.0], np.float32)
+    assert _one(x, SamplingParams(logit_bias={1: -np.inf})) == 2                     # banned
+    assert _one(x, SamplingParams(logit_bias={0: 5})) == 0
+    assert _one(x, SamplingParams(frequency_penalty=0.1), hist=[1, 1]) == 2          # 3.0 - 0.2 < 2.9
+    assert _one(x, SamplingParams(frequency_penalty=0.1), hist=[1]) == 1             # 3.0 - 0.1 > 2.9
+    assert _one(x, SamplingParams(presence_penalty=1.5), hist=[1, 2]) == 3
 
 
 def test_repeat_penalty_changes_the_greedy_choice():
@@ -139,7 +157,9 @@ def test_uniform_is_a_function_of_seed_and_counter():
 
 @pytest.mark.parametrize("field,value", [("temperature", -1), ("top_p", 1.5), ("min_p", -0.1), ("repeat_penalty", 0),
                                          ("n", 0), ("max_tokens", 1.5), ("logprobs", -2), ("stop", [3]),
-                                         ("seed", "x"), ("temperature", float("nan"))])
+                                         ("seed", "x"), ("temperature", float("nan")),
+                                         ("logit_bias", {100: 1.0}), ("logit_bias", {1: float("nan")}),
+                                         ("frequency_penalty", "a")])
 def test_bad_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value}).validated(100)
@@ -155,3 +175,21 @@ def test_bad_arrays_raise():
     sb.add(0, SamplingParams(repeat_penalty=1.2), 0, 0, np.array([11], np.int32))
     with pytest.raises(ValueError, match="penalised token"):
         sample(x, sb)
+
+
+def test_plain_c_path_equals_avx2_bitwise():
+    from ubatch._ffi import lib
+    rng = np.random.default_rng(3)
+    L = (rng.standard_normal((8, 50003)) * 4).astype(np.float32)
+    sb = SampleBatch()
+    for i in range(8):
+        sb.add(i, SamplingParams(temperature=0.9, top_k=int(5 + 7 * i), repeat_penalty=1.3).validated(), i, 2,
+               rng.integers(0, 50003, 40).astype(np.int32))
+    fast = sample(L, sb, n_logprobs=3)
+    was = lib.ub_sample_force_plain(1)
+    try:
+        plain = sample(L, sb, n_logprobs=3)
+    finally:
+        lib.ub_sample_force_plain(was)
+    for a, b in zip(fast, plain):
+        assert np.array_equal(a, b)

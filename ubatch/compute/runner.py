@@ -1,13 +1,19 @@
 """ModelRunner: the forward pass of one ubatch over runner-owned K/V data.
 
-The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights and the K/V data
-(per layer `[n_stream, kv_size, n_head_kv, head_dim]`). What the Context calls, in order, per decode:
-`update(copies, shift)` when a stream copy / K-shift is pending, then per ubatch `save_cells(place)` and
-`compute(ub, place)` (place: ubatch.placement.Placement); on a failure `restore_cells` in reverse and, if an
-update was pending, `restore_kv(snapshot_kv())` — so a failed decode leaves the K/V data as it was.
+The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights (a ubatch.Model) and the
+K/V data (ubatch.compute.kv_store.KVStore: one per KV cache). What the Context calls, in order, per decode:
+`update(copies, shift[, swa_copies, swa_shift])` when a stream copy / K-shift is pending, then per ubatch
+`save_cells(place)` and `compute(ub, place)` (place: ubatch.memory.placement.Placement); on a failure
+`restore_cells` in reverse and, if an update was pending, `restore_kv(snapshot_kv())` — so a failed decode
+leaves the K/V data as it was.
 
-Matmuls go through numpy (BLAS); RoPE, the K-shift and attention run in C (ubatch.kernels). Everything is
-float32; K/V are stored as float32 or float16 (type_k / type_v)."""
+Sliding-window models (gemma3): with `kv_size_swa` the SWA layers keep their K/V in a second store and
+`place.swa` (the sliding cache's Placement of the same ubatch) says where; without it (or when place.swa is
+None) the SWA layers use the full cache's placement and the runner adds the window test
+`0 <= p_q - p_k < n_swa` to its mask (the cells' positions are tracked in the store).
+
+The per-architecture forward lives in ubatch/model/arch/<arch>.py; this module builds its inputs (`Step`)
+and its outputs (final norm, lm head on the output rows only, pooling)."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,31 +21,104 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch.compute import kernels
-from ubatch.model.gguf_model import Model
+from ubatch.compute import ops as cops
+from ubatch.compute.kv_store import KV_TYPES, KVStore
 from ubatch.memory.placement import ComputeResult, Placement
+from ubatch.model import ops
 
-KV_TYPES = {"f32": np.float32, "f16": np.float16}
 POOLINGS = ("none", "mean", "cls", "last")
 
 
-def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """x / sqrt(mean(x^2) + eps) * weight, the mean accumulated in float64 as ggml does."""
-    ms = np.einsum("ij,ij->i", x, x, dtype=np.float64) / x.shape[1]
-    scale = (1.0 / np.sqrt(ms + eps)).astype(np.float32)
-    return (x * scale[:, None]) * weight
+class _Where:
+    """One cache's placement of the current ubatch, validated: streams int32[ns], cells int32[ns, per],
+    mask float32[ns, per, n_kv]."""
+
+    def __init__(self, store: KVStore, ub, place: Placement, what: str) -> None:
+        n = int(ub.n_tokens)
+        streams = np.ascontiguousarray(place.streams, dtype=np.int32)
+        cells = np.ascontiguousarray(place.cells, dtype=np.int32)
+        mask = np.ascontiguousarray(place.mask, dtype=np.float32)
+        if streams.ndim != 1 or streams.shape[0] < 1:
+            raise ValueError(f"{what}.streams must be int32[ns] with ns >= 1, got shape {streams.shape}")
+        ns = streams.shape[0]
+        if n % ns:
+            raise ValueError(f"ubatch n_tokens={n} is not a multiple of the {ns} stream groups")
+        per = n // ns
+        if cells.shape != (ns, per):
+            raise ValueError(f"{what}.cells shape {cells.shape} != (ns, per) = {(ns, per)}")
+        if streams.min() < 0 or streams.max() >= store.n_stream:
+            raise ValueError(f"{what}.streams {streams.tolist()} out of range [0, {store.n_stream})")
+        if n and (cells.min() < 0 or cells.max() >= store.kv_size):
+            raise ValueError(f"{what}.cells out of range [0, {store.kv_size}): min {cells.min()}, max {cells.max()}")
+        n_kv = int(place.n_kv)
+        if not 0 < n_kv <= store.kv_size:
+            raise ValueError(f"{what}.n_kv={n_kv} out of range (0, {store.kv_size}]")
+        if mask.shape != (ns, per, n_kv):
+            raise ValueError(f"{what}.mask shape {mask.shape} != (ns, per, n_kv) = {(ns, per, n_kv)}")
+        flat = streams[:, None].astype(np.int64) * store.kv_size + cells
+        if np.unique(flat).size != flat.size:
+            raise ValueError(f"{what}.cells assigns the same cell to two ubatch rows")
+        self.store, self.streams, self.cells, self.mask = store, streams, cells, mask
+        self.ns, self.per, self.n_kv = ns, per, n_kv
+        self.sidx = np.broadcast_to(streams[:, None].astype(np.intp), cells.shape)
+
+    def window_mask(self, pos_q: np.ndarray, n_swa: int) -> np.ndarray:
+        """The mask with the sliding-window test added: cell visible iff also p_q - p_cell < n_swa."""
+        pc = self.store.pos[self.streams.astype(np.intp)][:, :self.n_kv]          # [ns, n_kv]
+        pq = pos_q.reshape(self.ns, self.per).astype(np.int64)
+        far = (pq[:, :, None] - pc[:, None, :].astype(np.int64)) >= n_swa
+        return np.where(far, np.float32(-np.inf), self.mask).astype(np.float32)
 
 
-def silu(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return x / (np.float32(1.0) + np.exp(-x))
+class Step:
+    """What an architecture's forward needs for one ubatch: pos int32[n_pos, n], n_threads, and
+    attend(il, q, k, v, scale): writes K/V rows of layer il into the ubatch's cells, returns the attention
+    output float32[n, n_head * head_dim]."""
+
+    def __init__(self, runner: "ModelRunner", base: _Where, swa: Optional[_Where], pos: np.ndarray) -> None:
+        self.runner, self.base, self.swa, self.pos = runner, base, swa, pos
+        self.n_threads = runner.n_threads
+        self._swa_mask: Optional[np.ndarray] = None
+        self._vis: Dict[tuple, tuple] = {}
+
+    def _where(self, il: int) -> Tuple[_Where, np.ndarray]:
+        m = self.runner.model
+        if not (m.n_swa > 0 and m.swa_layers[il]):
+            return self.base, self.base.mask
+        if self.swa is not None:
+            return self.swa, self.swa.mask
+        if self._swa_mask is None:
+            self._swa_mask = self.base.window_mask(self.pos[0], m.n_swa)
+        return self.base, self._swa_mask
+
+    def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+        """Attention of layer il over each row's visible cells in ascending position order (so the result
+        does not depend on where the cells sit, on other sequences or on n_ubatch)."""
+        w, mask = self._where(il)
+        st = w.store
+        n, n_head, hd = q.shape
+        st.k[il][w.sidx, w.cells] = k.reshape(w.ns, w.per, *k.shape[1:])
+        st.v[il][w.sidx, w.cells] = v.reshape(w.ns, w.per, *v.shape[1:])
+        key = (id(w), id(mask))
+        vis = self._vis.get(key)
+        if vis is None:
+            pos = np.ascontiguousarray(st.pos[w.streams.astype(np.intp)][:, :w.n_kv])
+            off, cells = cops.visible_cells(mask, pos)
+            vis = self._vis[key] = (np.repeat(w.streams, w.per).astype(np.int32), off, cells)
+        o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
+                                   scale=float(scale), n_threads=self.n_threads)
+        return o.reshape(n, n_head * hd)
 
 
 class ModelRunner:
-    """Owns the model weights and the K/V data buffers `k[l]`, `v[l]`:
-    [n_stream, kv_size, n_head_kv, head_dim] of float32 or float16; cells never written hold zeros."""
+    """Owns the K/V data of a model's layers: `stores[0]` (the full cache; every layer unless kv_size_swa is
+    given) and, for a sliding-window model created with kv_size_swa, `stores[1]` (the SWA layers).
+    `k[il]` / `v[il]`: the layer's buffers [n_stream, size, n_head_kv, head_dim]."""
 
-    def __init__(self, model: Model, *, n_stream: int, kv_size: int, type_k: str = "f32", type_v: str = "f32",
-                 n_threads: Optional[int] = None, embeddings: bool = False, pooling: str = "none") -> None:
+    def __init__(self, model, *, n_stream: int, kv_size: int, type_k: str = "f32", type_v: str = "f32",
+                 n_threads: Optional[int] = None, embeddings: bool = False, pooling: str = "none",
+                 kv_size_swa: Optional[int] = None) -> None:
+        from ubatch.model.model import Model
         if not isinstance(model, Model):
             raise TypeError(f"model must be a ubatch.Model, got {type(model).__name__}")
         for name, t in (("type_k", type_k), ("type_v", type_v)):
@@ -51,16 +130,30 @@ class ModelRunner:
             raise ValueError(f"n_stream={n_stream} and kv_size={kv_size} must be >= 1")
         if n_threads is not None and int(n_threads) < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        if kv_size_swa is not None and (model.n_swa <= 0 or int(kv_size_swa) < 1):
+            raise ValueError(f"kv_size_swa={kv_size_swa} needs a sliding-window model and must be >= 1 "
+                             f"(model n_swa = {model.n_swa})")
         self.model = model
         self.n_stream = int(n_stream)
         self.kv_size = int(kv_size)
+        self.kv_size_swa = None if kv_size_swa is None else int(kv_size_swa)
         self.type_k, self.type_v = type_k, type_v
         self.n_threads = kernels.default_threads() if n_threads is None else int(n_threads)
         self.embeddings = bool(embeddings)
         self.pooling = pooling
-        shape = (self.n_stream, self.kv_size, model.n_head_kv, model.head_dim)
-        self.k: List[np.ndarray] = [np.zeros(shape, KV_TYPES[type_k]) for _ in range(model.n_layer)]
-        self.v: List[np.ndarray] = [np.zeros(shape, KV_TYPES[type_v]) for _ in range(model.n_layer)]
+        swa = model.swa_layers
+        kw = dict(n_stream=self.n_stream, n_head_kv=model.n_head_kv, head_dim=model.head_dim,
+                  type_k=type_k, type_v=type_v)
+        if self.kv_size_swa is None:
+            self.stores = [KVStore(range(model.n_layer), kv_size=self.kv_size, **kw)]
+        else:
+            self.stores = [KVStore([l for l in range(model.n_layer) if not swa[l]], kv_size=self.kv_size, **kw),
+                           KVStore([l for l in range(model.n_layer) if swa[l]], kv_size=self.kv_size_swa, **kw)]
+        self.k: List[np.ndarray] = [self._store_of(l).k[l] for l in range(model.n_layer)]
+        self.v: List[np.ndarray] = [self._store_of(l).v[l] for l in range(model.n_layer)]
+
+    def _store_of(self, il: int) -> KVStore:
+        return next(s for s in self.stores if il in s.k)
 
     @property
     def n_vocab(self) -> int:
@@ -70,93 +163,58 @@ class ModelRunner:
     def n_embd(self) -> int:
         return self.model.n_embd
 
+    def _rope(self, il: int):
+        m = self.model
+        base, scale = m.hparams.rope_params(il)
+        return m.n_rot, m.rope_type, base, scale
+
     # ---- KV data operations -------------------------------------------------------------------------
-    def update(self, copies: Sequence[Tuple[int, int]], shift: Optional[np.ndarray]) -> None:
-        """Copy whole streams (src, dst) in order (all layers), then re-rotate cached K by `shift`
-        (int32[n_stream, kv_size], per-cell RoPE delta, 0 = untouched)."""
-        pairs = []
-        for c in copies:
-            src, dst = (int(c[0]), int(c[1]))
-            for name, s in (("src", src), ("dst", dst)):
-                if not 0 <= s < self.n_stream:
-                    raise ValueError(f"stream copy {name} stream {s} out of range [0, {self.n_stream})")
-            pairs.append((src, dst))
-        delta = None
-        if shift is not None:
-            delta = np.ascontiguousarray(shift)
-            if delta.shape != (self.n_stream, self.kv_size):
-                raise ValueError(f"shift shape {delta.shape} != (n_stream, kv_size) = {(self.n_stream, self.kv_size)}")
-            if not np.issubdtype(delta.dtype, np.integer):
-                raise ValueError(f"shift must be an integer array, got {delta.dtype}")
-            delta = delta.astype(np.int32, copy=False)
-        for src, dst in pairs:
-            if src == dst:
-                continue
-            for l in range(self.model.n_layer):
-                self.k[l][dst] = self.k[l][src]
-                self.v[l][dst] = self.v[l][src]
-        if delta is not None and delta.any():
-            m = self.model
-            for l in range(m.n_layer):
-                kernels.rope_shift(self.k[l], delta, n_rot=m.n_rot, base=m.rope_base, mode=m.rope_type,
-                                   freq_scale=m.rope_freq_scale)
+    def update(self, copies: Sequence[Tuple[int, int]], shift: Optional[np.ndarray],
+               swa_copies: Optional[Sequence[Tuple[int, int]]] = None,
+               swa_shift: Optional[np.ndarray] = None) -> None:
+        """Copy whole streams (src, dst) in order, then re-rotate cached K by `shift` (int32[n_stream, size],
+        per-cell RoPE delta, 0 = untouched), each layer with its own RoPE base; swa_* for the SWA store."""
+        jobs = [(self.stores[0], copies, shift)]
+        if len(self.stores) > 1:
+            jobs.append((self.stores[1], swa_copies or (), swa_shift))
+        elif swa_copies or swa_shift is not None:
+            raise ValueError("swa_copies / swa_shift given, but this runner has no separate SWA store "
+                             "(create it with kv_size_swa)")
+        checked = [(st, st.check_copies(c), st.check_shift(s)) for st, c, s in jobs]   # validate all first
+        for st, pairs, delta in checked:
+            st.copy_streams(pairs)
+            st.shift(delta, self._rope)
 
     def snapshot_kv(self) -> object:
-        return ([a.copy() for a in self.k], [a.copy() for a in self.v])
+        """(k copies per layer, v copies per layer, cell positions per store)."""
+        return ([a.copy() for a in self.k], [a.copy() for a in self.v], [st.pos.copy() for st in self.stores])
 
     def restore_kv(self, snap: object) -> None:
-        ks, vs = snap  # type: ignore[misc]
-        if len(ks) != len(self.k) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(ks, self.k)):
+        ks, vs, ps = snap  # type: ignore[misc]
+        if len(ks) != len(self.k) or len(ps) != len(self.stores) or any(
+                a.shape != b.shape or a.dtype != b.dtype for a, b in zip(list(ks) + list(vs), self.k + self.v)):
             raise ValueError("snapshot does not match this runner's K/V buffers")
-        for dst, src in zip(self.k + self.v, list(ks) + list(vs)):
+        for dst, src in zip(self.k + self.v + [st.pos for st in self.stores], list(ks) + list(vs) + list(ps)):
             np.copyto(dst, src)
 
     def save_cells(self, place: Placement) -> object:
-        """A copy of the K/V data of the cells `place` is about to write (for restore_cells)."""
-        streams = np.asarray(place.streams, dtype=np.intp)
-        cells = np.asarray(place.cells, dtype=np.intp)
-        sidx = np.broadcast_to(streams[:, None], cells.shape)
-        return sidx, cells, [(k[sidx, cells], v[sidx, cells]) for k, v in zip(self.k, self.v)]
+        """A copy of the K/V data of the cells `place` (and place.swa) is about to write (for restore_cells)."""
+        out = [self.stores[0].save_cells(np.asarray(place.streams), np.asarray(place.cells))]
+        sw = getattr(place, "swa", None)
+        if len(self.stores) > 1 and sw is not None:
+            out.append(self.stores[1].save_cells(np.asarray(sw.streams), np.asarray(sw.cells)))
+        return out
 
     def restore_cells(self, saved: object) -> None:
         """Writes back the data copied by save_cells."""
-        sidx, cells, data = saved  # type: ignore[misc]
-        for (ko, vo), k, v in zip(data, self.k, self.v):
-            k[sidx, cells] = ko
-            v[sidx, cells] = vo
+        for st, s in zip(self.stores, saved):  # type: ignore[arg-type]
+            st.restore_cells(s)
 
     def clear(self) -> None:
-        for a in self.k + self.v:
-            a.fill(0)
+        for st in self.stores:
+            st.clear()
 
     # ---- forward pass -------------------------------------------------------------------------------
-    def _check_placement(self, ub, place: Placement) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = int(ub.n_tokens)
-        streams = np.ascontiguousarray(place.streams, dtype=np.int32)
-        cells = np.ascontiguousarray(place.cells, dtype=np.int32)
-        mask = np.ascontiguousarray(place.mask, dtype=np.float32)
-        if streams.ndim != 1 or streams.shape[0] < 1:
-            raise ValueError(f"placement.streams must be int32[ns] with ns >= 1, got shape {streams.shape}")
-        ns = streams.shape[0]
-        if n % ns:
-            raise ValueError(f"ubatch n_tokens={n} is not a multiple of the {ns} stream groups")
-        per = n // ns
-        if cells.shape != (ns, per):
-            raise ValueError(f"placement.cells shape {cells.shape} != (ns, per) = {(ns, per)}")
-        if streams.min() < 0 or streams.max() >= self.n_stream:
-            raise ValueError(f"placement.streams {streams.tolist()} out of range [0, {self.n_stream})")
-        if n and (cells.min() < 0 or cells.max() >= self.kv_size):
-            raise ValueError(f"placement.cells out of range [0, {self.kv_size}): min {cells.min()}, max {cells.max()}")
-        n_kv = int(place.n_kv)
-        if not 0 < n_kv <= self.kv_size:
-            raise ValueError(f"placement.n_kv={n_kv} out of range (0, {self.kv_size}]")
-        if mask.shape != (ns, per, n_kv):
-            raise ValueError(f"placement.mask shape {mask.shape} != (ns, per, n_kv) = {(ns, per, n_kv)}")
-        flat = streams[:, None].astype(np.int64) * self.kv_size + cells
-        if np.unique(flat).size != flat.size:
-            raise ValueError("placement.cells assigns the same cell to two ubatch rows")
-        return streams, cells, mask
-
     def _input(self, ub) -> np.ndarray:
         m = self.model
         if ub.token is not None:
@@ -164,7 +222,7 @@ class ModelRunner:
             if tok.size and (tok.min() < 0 or tok.max() >= m.n_vocab):
                 bad = int(tok[(tok < 0) | (tok >= m.n_vocab)][0])
                 raise ValueError(f"token id {bad} out of range [0, {m.n_vocab})")
-            return m.tok_embd[tok]
+            return m.arch_module.embed(m, tok.astype(np.int32))
         embd = ub.embd
         if embd is None:
             raise ValueError("ubatch has neither tokens nor embeddings")
@@ -174,53 +232,44 @@ class ModelRunner:
         return embd.copy()
 
     def compute(self, ub, place: Placement) -> ComputeResult:
-        """Forward pass of one ubatch whose cells were just applied: writes its K/V rows into place.cells,
-        attends over cells [0, place.n_kv) with place.mask, returns the output rows' logits/embeddings.
-        On an exception the K/V data are left exactly as before."""
+        """Forward pass of one ubatch whose cells were just applied: writes its K/V rows into the placement's
+        cells, attends over each cache's cells [0, n_kv) with its mask, returns the output rows'
+        logits/embeddings. On an exception the K/V data are left exactly as before."""
         m = self.model
         n = int(ub.n_tokens)
-        streams, cells, mask = self._check_placement(ub, place)
-        x = self._input(ub)
+        base = _Where(self.stores[0], ub, place, "placement")
+        sw = getattr(place, "swa", None)
+        swa = None
+        if sw is not None:
+            if len(self.stores) < 2:
+                raise ValueError("placement.swa given, but this runner has no SWA store (create it with kv_size_swa)")
+            swa = _Where(self.stores[1], ub, sw, "placement.swa")
+        elif len(self.stores) > 1:
+            raise ValueError("this runner keeps the SWA layers in their own store: placement.swa is required")
         pos = np.ascontiguousarray(ub.pos, dtype=np.int32)
         if pos.ndim != 2 or pos.shape[1] != n:
             raise ValueError(f"ubatch pos shape {pos.shape} != (n_pos, {n})")
-        ns, per = cells.shape
-        hq, hk, hd = m.n_head * m.head_dim, m.n_head_kv * m.head_dim, m.head_dim
-        sidx = np.broadcast_to(streams[:, None], cells.shape)
-        saved = [(self.k[l][sidx, cells], self.v[l][sidx, cells]) for l in range(m.n_layer)]
+        x = self._input(ub)
+        saved = [w.store.save_cells(w.streams, w.cells) for w in ([base] + ([swa] if swa else []))]
         try:
-            for l, L in enumerate(m.layers):
-                h = rms_norm(x, L.attn_norm, m.rms_eps)
-                qkv = h @ L.wqkv_t
-                q = np.ascontiguousarray(qkv[:, :hq]).reshape(n, m.n_head, hd)
-                k = np.ascontiguousarray(qkv[:, hq:hq + hk]).reshape(n, m.n_head_kv, hd)
-                v = qkv[:, hq + hk:].reshape(ns, per, m.n_head_kv, hd)
-                kernels.rope(q, pos, n_rot=m.n_rot, base=m.rope_base, mode=m.rope_type,
-                             freq_scale=m.rope_freq_scale)
-                kernels.rope(k, pos, n_rot=m.n_rot, base=m.rope_base, mode=m.rope_type,
-                             freq_scale=m.rope_freq_scale)
-                self.k[l][sidx, cells] = k.reshape(ns, per, m.n_head_kv, hd)
-                self.v[l][sidx, cells] = v
-                o = kernels.attention(q.reshape(ns, per, m.n_head, hd), self.k[l], self.v[l], streams, mask,
-                                      scale=1.0 / float(np.sqrt(hd)), n_threads=self.n_threads)
-                x = x + o.reshape(n, hq) @ L.wo.T
-                h = rms_norm(x, L.ffn_norm, m.rms_eps)
-                gu = h @ L.wgu_t
-                x = x + (silu(gu[:, :m.n_ff]) * gu[:, m.n_ff:]) @ L.w_down.T
+            for w in [base] + ([swa] if swa else []):
+                w.store.pos[w.sidx, w.cells] = pos[0].reshape(w.ns, w.per)
+            rows = np.flatnonzero(np.asarray(ub.output) != 0)
+            pooled = self.embeddings and self.pooling != "none"
+            keep = np.arange(n) if pooled else rows
+            x = m.arch_module.forward(m, Step(self, base, swa, pos), x, keep)
         except BaseException:
-            for l, (ko, vo) in enumerate(saved):
-                self.k[l][sidx, cells] = ko
-                self.v[l][sidx, cells] = vo
+            for w, s in zip([base] + ([swa] if swa else []), saved):
+                w.store.restore_cells(s)
             raise
-        return self._outputs(ub, x)
+        return self._outputs(ub, x, rows, pooled)
 
-    def _outputs(self, ub, x: np.ndarray) -> ComputeResult:
+    def _outputs(self, ub, x: np.ndarray, rows: np.ndarray, pooled: bool) -> ComputeResult:
         m = self.model
-        rows = np.flatnonzero(np.asarray(ub.output) != 0)
-        pooled = self.embeddings and self.pooling != "none"
-        xn = rms_norm(x if pooled else x[rows], m.output_norm, m.rms_eps)
+        xn = ops.rms_norm(x, m.weights.output_norm, m.rms_eps)
         xo = xn[rows] if pooled else xn
-        logits = np.ascontiguousarray(xo @ m.output.T, dtype=np.float32)
+        logits = np.ascontiguousarray(m.arch_module.logits(m, np.ascontiguousarray(xo), self.n_threads),
+                                      dtype=np.float32)
         embd = np.ascontiguousarray(xo, dtype=np.float32) if self.embeddings and not pooled else None
         embd_seq = self._pool(ub, xn) if pooled else None
         return ComputeResult(logits=logits, embd=embd, embd_seq=embd_seq)

@@ -456,7 +456,7 @@ class LLMEngine:
             for g in group:
                 g.state = GEN
                 p = g.req.params
-                sb.add(j, p, g.seed, len(g.generated), g.history(p.repeat_last_n) if p.repeat_penalty != 1.0 else None)
+                sb.add(j, p, g.seed, len(g.generated), g.history(p.repeat_last_n) if p.penalised else None)
                 seqs.append(g)
         n_lp = max((g.req.params.logprobs for g in seqs if g.req.params.logprobs is not None), default=-1)
         t = time.perf_counter()

@@ -1,6 +1,7 @@
 """Sampling parameters and the vectorised sampler (csrc/engine/sampling.c).
 
-The chain is llama.cpp's default one: repeat penalty over the last `repeat_last_n` tokens (prompt included) ->
+The chain is llama.cpp's default one: logit bias -> penalties (repeat, frequency, presence) over the last
+`repeat_last_n` tokens (prompt included) ->
 top-k -> top-p -> min-p -> temperature -> a draw; temperature 0 is greedy (argmax of the penalised logits).
 Every sequence has its own random stream: the draw for its t-th generated token is a pure function of
 (seed, t) (a counter-based generator), so its tokens never depend on what else is sampled in the same call,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -57,8 +58,15 @@ class SamplingParams:
     stop: Optional[List[str]] = None
     n: int = 1
     logprobs: Optional[int] = None          # top-N log-probabilities per token (0: only the chosen token's)
-    repeat_last_n: int = 64                 # tokens the repeat penalty looks back over (llama.cpp's default)
+    repeat_last_n: int = 64                 # tokens the penalties look back over (llama.cpp's default; -1: all)
     ignore_eos: bool = False                # keep generating after an end-of-generation token
+    frequency_penalty: float = 0.0          # minus count x this, for tokens in the penalty window
+    presence_penalty: float = 0.0           # minus this, for tokens in the penalty window
+    logit_bias: Optional[Dict[int, float]] = None   # token id -> added to its logit first (-inf bans it)
+
+    @property
+    def penalised(self) -> bool:
+        return self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
 
     def validated(self, n_vocab: Optional[int] = None) -> "SamplingParams":
         """A copy with normalised fields; raises ValueError naming the first bad field."""
@@ -85,6 +93,20 @@ class SamplingParams:
         p.repeat_last_n = _integer("repeat_last_n", p.repeat_last_n, -1)
         if not isinstance(p.ignore_eos, (bool, np.bool_)):
             raise ValueError(f"ignore_eos must be a bool, got {type(p.ignore_eos).__name__}")
+        p.frequency_penalty = _num("frequency_penalty", p.frequency_penalty, -math.inf)
+        p.presence_penalty = _num("presence_penalty", p.presence_penalty, -math.inf)
+        if p.logit_bias is not None:
+            if not isinstance(p.logit_bias, dict):
+                raise ValueError(f"logit_bias must be a dict of token id -> bias, got {type(p.logit_bias).__name__}")
+            bias = {}
+            for t, b in p.logit_bias.items():
+                t = _integer("logit_bias token id", int(t) if isinstance(t, str) and t.lstrip("-").isdigit() else t,
+                             0, (n_vocab - 1) if n_vocab else 2**31 - 1)
+                if isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating)) or math.isnan(b) \
+                        or b == math.inf:
+                    raise ValueError(f"logit_bias[{t}] must be a finite number or -inf, got {b!r}")
+                bias[t] = float(b)
+            p.logit_bias = bias or None
         return p
 
 
@@ -102,22 +124,25 @@ class SampleBatch:
     top_k: List[int] = field(default_factory=list)
     top_p: List[float] = field(default_factory=list)
     min_p: List[float] = field(default_factory=list)
-    penalty: List[float] = field(default_factory=list)
+    penalty: List[Tuple[float, float, float]] = field(default_factory=list)
     seed: List[int] = field(default_factory=list)
     counter: List[int] = field(default_factory=list)
     pen: List[np.ndarray] = field(default_factory=list)
+    bias: List[Optional[Dict[int, float]]] = field(default_factory=list)
 
     def add(self, row: int, p: SamplingParams, seed: int, counter: int, history: Optional[np.ndarray]) -> None:
-        """Request: sample from logits row `row` with params p; history: the tokens the penalty looks at."""
+        """Request: sample from logits row `row` with (validated) params p; history: the tokens the penalties
+        look at (the last repeat_last_n)."""
         self.row.append(row)
         self.temperature.append(p.temperature)
         self.top_k.append(p.top_k)
         self.top_p.append(p.top_p)
         self.min_p.append(p.min_p)
-        self.penalty.append(p.repeat_penalty)
+        self.penalty.append((p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         self.seed.append(seed)
         self.counter.append(counter)
-        self.pen.append(history if history is not None and p.repeat_penalty != 1.0 else _EMPTY)
+        self.pen.append(history if history is not None and p.penalised else _EMPTY)
+        self.bias.append(p.logit_bias)
 
     def __len__(self) -> int:
         return len(self.row)
@@ -149,7 +174,16 @@ def sample(logits: np.ndarray, sb: SampleBatch, *, n_logprobs: int = -1, n_threa
     top_k = np.asarray(sb.top_k, np.int32)
     top_p = np.asarray(sb.top_p, np.float32)
     min_p = np.asarray(sb.min_p, np.float32)
-    penalty = np.asarray(sb.penalty, np.float32)
+    penalty = np.asarray(sb.penalty, np.float32).reshape(n, 3)
+    bias_off = bias_tok = bias_val = None
+    if any(sb.bias):
+        cnt = np.fromiter((len(b) if b else 0 for b in sb.bias), np.int64, n)
+        bias_off = np.zeros(n + 1, np.int64)
+        np.cumsum(cnt, out=bias_off[1:])
+        bias_tok = np.fromiter((t for b in sb.bias if b for t in b), np.int32, int(bias_off[-1]))
+        bias_val = np.fromiter((v for b in sb.bias if b for v in b.values()), np.float32, int(bias_off[-1]))
+        if bias_tok.min() < 0 or bias_tok.max() >= n_vocab:
+            raise ValueError(f"a logit_bias token id is outside the vocabulary [0, {n_vocab})")
     seed = np.asarray(sb.seed, np.uint64)
     counter = np.asarray(sb.counter, np.uint64)
     out = np.zeros(n, np.int32)
@@ -166,7 +200,8 @@ def sample(logits: np.ndarray, sb: SampleBatch, *, n_logprobs: int = -1, n_threa
 
     rc = lib.ub_sample(p(logits, "float[]"), n_rows, n_vocab, n, p(row, "int32_t[]"), p(temperature, "float[]"),
                        p(top_k, "int32_t[]"), p(top_p, "float[]"), p(min_p, "float[]"), p(penalty, "float[]"),
-                       p(pen_off, "int64_t[]"), p(pen_tok, "int32_t[]"), p(seed, "uint64_t[]"),
+                       p(pen_off, "int64_t[]"), p(pen_tok, "int32_t[]"), p(bias_off, "int64_t[]"),
+                       p(bias_tok, "int32_t[]"), p(bias_val, "float[]"), p(seed, "uint64_t[]"),
                        p(counter, "uint64_t[]"), nl, p(out, "int32_t[]"), p(lp, "float[]"), p(top_id, "int32_t[]"),
                        p(top_lp, "float[]"), int(n_threads))
     if rc == lib.UB_E_NOMEM:

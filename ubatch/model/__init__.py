@@ -1,5 +1,6 @@
-"""The model layer: GGUF reading, hyperparameters and the architectures."""
-from ubatch.model.gguf_model import *  # noqa: F401,F403
-from ubatch.model.gguf_model import Model
+"""The model layer: GGUF reading (gguf_file), hyperparameters (hparams), weights in their block layout
+(weights), the architecture registry (registry, arch/<name>.py) and Model (model)."""
+from ubatch.model.gguf_file import GGUFError
+from ubatch.model.model import Model
 
-__all__ = ["Model"]
+__all__ = ["Model", "GGUFError"]

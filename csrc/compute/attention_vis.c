@@ -1,0 +1,189 @@
+/* Batch-invariant attention over per-row visible-cell lists, and the builder of those lists.
+ *
+ * Invariance: the cells a query row sees are listed in ascending position order (ties by cell index),
+ * whatever cells they occupy, and every (row, kv head) unit is computed by one thread with a fixed
+ * sequence of operations: scores in list order, max, exp, a double sum in list order, normalised
+ * probabilities, then sum_c p_c * V_c accumulated in list order. So a row's output depends only on its
+ * query, its visible cells' (position, K, V) and the back-end; not on the KV layout, the other rows, the
+ * tiling or the thread count. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ub_common.h"
+#include "ub_compute.h"
+#include "ub_matmul.h"
+#include "mm_internal.h"
+#include "attn_pool.h"
+#include "attn_vis_kernels.h"
+
+int64_t ub_attn_count_visible(const float *mask, int64_t n_rows, int32_t n_kv) {
+    if (!mask || n_rows < 0 || n_kv < 0) return -1;
+    int64_t t = 0;
+    for (int64_t i = 0; i < n_rows * n_kv; i++) t += mask[i] != -INFINITY;
+    return t;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* mask: float[ns][per][n_kv]; pos: int32[ns][n_kv]; off: int32[ns*per+1]; cells: int32[cap] (see header). */
+int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t per, int32_t n_kv,
+                    int32_t *off, int32_t *cells, int64_t cap) {
+    if (ns < 0 || per < 0 || n_kv < 0 || cap < 0 || !off) return UB_E_ARG;
+    if ((int64_t)ns * per * n_kv > INT32_MAX) return UB_E_ARG;
+    off[0] = 0;
+    if ((int64_t)ns * per == 0 || n_kv == 0) {
+        for (int64_t i = 0; i < (int64_t)ns * per; i++) off[i + 1] = 0;
+        return UB_OK;
+    }
+    if (!mask || !pos || (!cells && cap > 0)) return UB_E_ARG;
+    int64_t *key = malloc(sizeof(int64_t) * (size_t)n_kv);
+    if (!key) return UB_E_NOMEM;
+    int64_t t = 0;
+    int rc = UB_OK;
+    for (int32_t g = 0; g < ns && rc == UB_OK; g++) {
+        /* the group's cells sorted once by (position, cell index) */
+        for (int32_t j = 0; j < n_kv; j++)
+            key[j] = ((int64_t)pos[(int64_t)g * n_kv + j] << 32) | (int64_t)(uint32_t)j;
+        qsort(key, (size_t)n_kv, sizeof(int64_t), cmp_key);
+        for (int32_t r = 0; r < per && rc == UB_OK; r++) {
+            const int64_t row = (int64_t)g * per + r;
+            const float *m = mask + row * n_kv;
+            for (int32_t j = 0; j < n_kv; j++) {
+                const int32_t c = (int32_t)(key[j] & 0xffffffff);
+                const float v = m[c];
+                if (v == -INFINITY) continue;
+                if (v != 0.0f || t >= cap) {
+                    rc = UB_E_ARG;
+                    break;
+                }
+                cells[t++] = c;
+            }
+            off[row + 1] = (int32_t)t;
+        }
+    }
+    free(key);
+    return rc;
+}
+
+typedef struct {
+    const float *q;
+    const void *k, *v;
+    int32_t k_f16, v_f16;
+    const int32_t *row_stream, *off, *cells;
+    float *out;
+    int32_t n_q, n_head, n_head_kv, hd_k, hd_v, kv_size, gqa;
+    float scale, softcap;
+    float *scratch; /* per participant: [max_list][gqa] scores + [hd_k] rounded query */
+    int64_t scratch_stride;
+    ub_av_kernels kern;
+    atomic_llong next;
+} av_job;
+
+static void av_unit(av_job *J, int64_t u, float *sc) {
+    const int32_t i = (int32_t)(u / J->n_head_kv), g = (int32_t)(u % J->n_head_kv);
+    const int32_t st = J->row_stream[i], c0 = J->off[i], nc = J->off[i + 1] - c0;
+    const int32_t gq = J->gqa, hdk = J->hd_k, hdv = J->hd_v;
+    const int32_t *cl = J->cells + c0;
+    float *qr = sc + (int64_t)nc * gq; /* gq rows of hd_k: the queries (f16-rounded for an f16 K) */
+    for (int32_t h = 0; h < gq; h++) {
+        const float *qs = J->q + ((int64_t)i * J->n_head + (int64_t)g * gq + h) * hdk;
+        for (int32_t d = 0; d < hdk; d++) qr[h * hdk + d] = J->k_f16 ? ub_h2f(ub_f2h(qs[d])) : qs[d];
+    }
+    const int64_t kbase = (int64_t)st * J->kv_size;
+    for (int32_t c = 0; c < nc; c++) { /* scores: K row of cell c loaded once for the gq heads */
+        const int64_t kr = ((kbase + cl[c]) * J->n_head_kv + g) * hdk;
+        for (int32_t h = 0; h < gq; h++) {
+            float s = J->k_f16 ? J->kern.dot_f16(qr + h * hdk, (const uint16_t *)J->k + kr, hdk)
+                               : J->kern.dot_f32(qr + h * hdk, (const float *)J->k + kr, hdk);
+            if (J->softcap > 0.0f) s = J->softcap * tanhf(s / J->softcap);
+            sc[(int64_t)h * nc + c] = s * J->scale;
+        }
+    }
+    for (int32_t h = 0; h < gq; h++) {
+        float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * gq + h) * hdv;
+        memset(o, 0, sizeof(float) * (size_t)hdv);
+        if (nc == 0) continue;
+        float *s = sc + (int64_t)h * nc;
+        float mx = -INFINITY;
+        for (int32_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+        double sum = 0.0;
+        for (int32_t c = 0; c < nc; c++) {
+            s[c] = expf(s[c] - mx);
+            sum += (double)s[c];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int32_t c = 0; c < nc; c++) {
+            const float p = s[c] * inv;
+            const int64_t vr = ((kbase + cl[c]) * J->n_head_kv + g) * hdv;
+            if (J->v_f16) J->kern.axpy_f16(o, ub_h2f(ub_f2h(p)), (const uint16_t *)J->v + vr, hdv);
+            else J->kern.axpy_f32(o, p, (const float *)J->v + vr, hdv);
+        }
+    }
+}
+
+static void av_work(void *ctx, int w) {
+    av_job *J = ctx;
+    float *sc = J->scratch + (int64_t)w * J->scratch_stride;
+    const int64_t n_units = (int64_t)J->n_q * J->n_head_kv;
+    for (;;) {
+        const long long u = atomic_fetch_add(&J->next, 1);
+        if (u >= n_units) break;
+        av_unit(J, u, sc);
+    }
+}
+
+int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *v, int32_t v_type,
+                     const int32_t *row_stream, const int32_t *off, const int32_t *cells, float *out,
+                     int32_t n_q, int32_t n_head, int32_t n_head_kv, int32_t hd_k, int32_t hd_v,
+                     int32_t n_stream, int32_t kv_size, float scale, float softcap, int32_t n_threads) {
+    if (n_q < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || hd_k <= 0 || hd_v <= 0 ||
+        n_stream <= 0 || kv_size <= 0 || n_threads < 1 || !(softcap >= 0.0f) || !isfinite(scale))
+        return UB_E_ARG;
+    if ((k_type != UB_DT_F32 && k_type != UB_DT_F16) || (v_type != UB_DT_F32 && v_type != UB_DT_F16)) return UB_E_ARG;
+    if (n_q == 0) return UB_OK;
+    if (!q || !k || !v || !row_stream || !off || !cells || !out) return UB_E_ARG;
+    if (off[0] != 0) return UB_E_ARG;
+    int32_t max_list = 0;
+    for (int32_t i = 0; i < n_q; i++) {
+        if (row_stream[i] < 0 || row_stream[i] >= n_stream || off[i + 1] < off[i]) return UB_E_ARG;
+        if (off[i + 1] - off[i] > max_list) max_list = off[i + 1] - off[i];
+    }
+    for (int32_t t = 0; t < off[n_q]; t++)
+        if (cells[t] < 0 || cells[t] >= kv_size) return UB_E_ARG;
+    av_job J;
+    memset(&J, 0, sizeof J);
+    J.q = q;
+    J.k = k;
+    J.v = v;
+    J.k_f16 = k_type == UB_DT_F16;
+    J.v_f16 = v_type == UB_DT_F16;
+    J.row_stream = row_stream;
+    J.off = off;
+    J.cells = cells;
+    J.out = out;
+    J.n_q = n_q;
+    J.n_head = n_head;
+    J.n_head_kv = n_head_kv;
+    J.hd_k = hd_k;
+    J.hd_v = hd_v;
+    J.kv_size = kv_size;
+    J.gqa = n_head / n_head_kv;
+    J.scale = scale;
+    J.softcap = softcap;
+    ub_av_select(&J.kern, ub_mm_backend() == UB_MM_AVX2, hd_k, hd_v);
+    int nt = n_threads > UB_POOL_MAX ? UB_POOL_MAX : n_threads;
+    const int64_t units = (int64_t)n_q * n_head_kv;
+    if (nt > units) nt = (int)units;
+    J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + 15) & ~(int64_t)15;
+    J.scratch = malloc(sizeof(float) * (size_t)(J.scratch_stride * nt));
+    if (!J.scratch) return UB_E_NOMEM;
+    atomic_init(&J.next, 0);
+    ub_pool_run(av_work, &J, nt);
+    free(J.scratch);
+    return UB_OK;
+}

@@ -1,0 +1,175 @@
+/* ub_matmul driver, get_rows and the back-end choice.
+ *
+ * How a result is made batch-invariant (y[i][j] bitwise independent of n, of the thread count, of which
+ * thread computed it and of the tiling):
+ *   1. activation row i is quantised from x[i] alone (mm_act.c: per-row, per-block scales);
+ *   2. y[i][j] is the output of one dot-kernel call over the whole of K for weight row j, with one
+ *      accumulator per activation row, blocks in index order and a fixed final reduction (mm_generic.c,
+ *      mm_avx2*.c); a kernel called for a tile of nr <= UB_MM_RT rows performs, for each row, exactly the
+ *      operations it performs for that row alone (the tile only shares the weight loads);
+ *   3. threads split the output columns (weight rows) into chunks taken from a shared counter, never K,
+ *      so no partial sums are ever combined across threads;
+ *   4. the back-end (generic or AVX2) is fixed for the process unless ub_mm_set_backend changes it.
+ * Work of one call: participants first quantise activation rows (row counter), wait until all rows are
+ * quantised, then take column chunks; inside a chunk, row tiles of UB_MM_RT rows sweep the chunk's weight
+ * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ub_common.h"
+#include "ub_matmul.h"
+#include "mm_internal.h"
+#include "attn_pool.h"
+
+static int g_backend = -1;
+static pthread_once_t g_be_once = PTHREAD_ONCE_INIT;
+
+static int auto_backend(void) {
+    const char *e = getenv("UBATCH_KERNELS");
+    if (e && strcmp(e, "generic") == 0) return UB_MM_GENERIC;
+    return ub_mm_cpu_avx2() ? UB_MM_AVX2 : UB_MM_GENERIC;
+}
+static void init_backend(void) { g_backend = auto_backend(); }
+
+int ub_mm_backend(void) {
+    pthread_once(&g_be_once, init_backend);
+    return g_backend;
+}
+
+int ub_mm_set_backend(int32_t b) {
+    pthread_once(&g_be_once, init_backend);
+    if (b < 0) g_backend = auto_backend();
+    else g_backend = (b == UB_MM_AVX2 && ub_mm_cpu_avx2()) ? UB_MM_AVX2 : UB_MM_GENERIC;
+    return g_backend;
+}
+
+int ub_mm_type_info(int32_t type, int32_t *blck, int32_t *bytes) {
+    const ub_mm_type *t = ub_mm_find(type);
+    if (!t) return 0;
+    *blck = t->blck;
+    *bytes = t->bytes;
+    return 1;
+}
+
+static int act_blck(int32_t act) { return act == UB_ACT_Q8_K ? 256 : (act == UB_ACT_Q8_0 || act == UB_ACT_Q8_1) ? 32 : 1; }
+
+int64_t ub_mm_act_bytes(int32_t type, int64_t k) {
+    const ub_mm_type *t = ub_mm_find(type);
+    if (!t || k <= 0 || k % act_blck(t->act)) return -1;
+    return ub_mm_act_row_bytes(t->act, k);
+}
+
+static void quant_row(int32_t act, const float *x, int64_t k, uint8_t *out) {
+    if (ub_mm_backend() == UB_MM_AVX2) ub_mm_quant_row_avx2(act, x, k, out);
+    else ub_mm_quant_row_generic(act, x, k, out);
+}
+
+int ub_mm_quantize_act(const float *x, int64_t k, int32_t type, uint8_t *out) {
+    const ub_mm_type *t = ub_mm_find(type);
+    if (!t || !x || !out || k <= 0 || k % act_blck(t->act)) return UB_E_ARG;
+    quant_row(t->act, x, k, out);
+    return UB_OK;
+}
+
+typedef struct {
+    const float *x;
+    const uint8_t *w;
+    float *y;
+    uint8_t *xq;
+    int64_t n, k, n_rows, nb, row_bytes, arb, ch, n_chunks;
+    int32_t act;
+    ub_mm_dot_fn dot;
+    int avx2;
+    atomic_llong q_next, q_done, c_next;
+} mm_job;
+
+static void mm_work(void *ctx, int w) {
+    (void)w;
+    mm_job *J = ctx;
+    for (;;) { /* phase 1: quantise activation rows */
+        const long long i = atomic_fetch_add(&J->q_next, 1);
+        if (i >= J->n) break;
+        if (J->avx2) ub_mm_quant_row_avx2(J->act, J->x + i * J->k, J->k, J->xq + i * J->arb);
+        else ub_mm_quant_row_generic(J->act, J->x + i * J->k, J->k, J->xq + i * J->arb);
+        atomic_fetch_add(&J->q_done, 1);
+    }
+    while (atomic_load(&J->q_done) < J->n) sched_yield(); /* rows taken by others are being quantised */
+    for (;;) { /* phase 2: column chunks */
+        const long long c = atomic_fetch_add(&J->c_next, 1);
+        if (c >= J->n_chunks) break;
+        const int64_t j0 = c * J->ch, j1 = j0 + J->ch < J->n_rows ? j0 + J->ch : J->n_rows;
+        for (int64_t i0 = 0; i0 < J->n; i0 += UB_MM_RT) {
+            const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
+            const uint8_t *a = J->xq + i0 * J->arb;
+            float *yy = J->y + i0 * J->n_rows;
+            for (int64_t j = j0; j < j1; j++) J->dot(J->nb, J->w + j * J->row_bytes, a, J->arb, nr, yy + j, J->n_rows);
+        }
+    }
+}
+
+int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_bytes, int32_t type,
+              int64_t n_rows, float *y, int32_t n_threads) {
+    const ub_mm_type *t = ub_mm_find(type);
+    if (!t || n < 0 || k <= 0 || n_rows < 0 || k % t->blck || n_threads < 1) return UB_E_ARG;
+    if (k > ((int64_t)1 << 40) || n_rows > ((int64_t)1 << 40) || n > ((int64_t)1 << 40)) return UB_E_ARG;
+    const int64_t nb = k / t->blck, row_bytes = nb * t->bytes;
+    if (w_bytes != row_bytes * n_rows) return UB_E_ARG;
+    if (n == 0 || n_rows == 0) return UB_OK;
+    if (!x || !w || !y) return UB_E_ARG;
+    mm_job J;
+    memset(&J, 0, sizeof J);
+    J.arb = ub_mm_act_row_bytes(t->act, k);
+    J.xq = malloc((size_t)(J.arb * n) + 64);
+    if (!J.xq) return UB_E_NOMEM;
+    J.x = x;
+    J.w = w;
+    J.y = y;
+    J.n = n;
+    J.k = k;
+    J.n_rows = n_rows;
+    J.nb = t->blck == 1 ? k : nb;
+    J.row_bytes = row_bytes;
+    J.act = t->act;
+    J.avx2 = ub_mm_backend() == UB_MM_AVX2;
+    J.dot = J.avx2 && ub_mm_dot_avx2(type) ? ub_mm_dot_avx2(type) : t->dot_generic;
+    /* chunk of weight rows: ~16 KB for decode-sized calls (balance), ~128 KB when many rows reuse it */
+    int64_t ch = (n <= UB_MM_RT ? 16384 : 131072) / row_bytes;
+    const int64_t bal = (n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
+    if (ch > bal) ch = bal;
+    if (ch < 1) ch = 1;
+    J.ch = ch;
+    J.n_chunks = (n_rows + ch - 1) / ch;
+    atomic_init(&J.q_next, 0);
+    atomic_init(&J.q_done, 0);
+    atomic_init(&J.c_next, 0);
+    int nt = n_threads;
+    if (nt > J.n_chunks) nt = (int)J.n_chunks;
+    ub_pool_run(mm_work, &J, nt);
+    free(J.xq);
+    return UB_OK;
+}
+
+int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows, int64_t n_cols,
+                const int32_t *ids, int64_t m, float *out) {
+    const ub_mm_type *t = ub_mm_find(type);
+    if (!t || n_rows < 0 || n_cols <= 0 || m < 0 || n_cols % t->blck) return UB_E_ARG;
+    const int64_t nb = n_cols / t->blck, row_bytes = nb * t->bytes;
+    if (w_bytes != row_bytes * n_rows) return UB_E_ARG;
+    if (m == 0) return UB_OK;
+    if (!w || !ids || !out) return UB_E_ARG;
+    for (int64_t r = 0; r < m; r++)
+        if (ids[r] < 0 || ids[r] >= n_rows) return UB_E_ARG;
+    for (int64_t r = 0; r < m; r++) {
+        const uint8_t *row = w + (int64_t)ids[r] * row_bytes;
+        float *o = out + r * n_cols;
+        if (type == UB_T_F32) {
+            memcpy(o, row, (size_t)n_cols * 4);
+            continue;
+        }
+        for (int64_t b = 0; b < nb; b++) t->deq(row + b * t->bytes, o + b * t->blck);
+    }
+    return UB_OK;
+}

@@ -1,0 +1,49 @@
+/* Internal contracts of the matmul kernels (not exported to Python): the activation block layouts, the
+ * dot-kernel signature and the per-type table. */
+#ifndef UB_MM_INTERNAL_H
+#define UB_MM_INTERNAL_H
+
+#include <stdint.h>
+
+#define UB_MM_RT 4 /* activation rows per dot-kernel call (the row tile: one weight load serves them all) */
+
+/* Quantised activation blocks (ubatch's own layout; the numbers are ggml-cpu's). d and s are the
+ * fp16-rounded values, stored decoded as float. */
+typedef struct { float d; int8_t qs[32]; } ub_act_q8_0;              /* d = fp16(max|x| / 127) */
+typedef struct { float d; float s; int8_t qs[32]; } ub_act_q8_1;    /* s = fp16(d_exact * sum qs) */
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } ub_act_q8_k; /* d = f32, bsums per 16 */
+
+enum { UB_ACT_F32, UB_ACT_F16, UB_ACT_BF16, UB_ACT_Q8_0, UB_ACT_Q8_1, UB_ACT_Q8_K };
+
+/* A dot kernel: y[r * ys] = dot(weight row w, activation row r) for r < nr (1 <= nr <= UB_MM_RT).
+ *   nb: blocks per row (elements for F32/F16/BF16); w: one weight row (nb blocks, read only);
+ *   a: nr quantised activation rows, row r at a + r * as bytes (read only); y: output, stride ys floats.
+ * Contract that makes matmul batch-invariant: the value written for row r is computed by the same
+ * sequence of operations whatever nr is and whatever the other rows hold (one accumulator per row). */
+typedef void (*ub_mm_dot_fn)(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y,
+                             int64_t ys);
+/* Activation row quantiser: x: float[k] -> out (act row bytes). */
+typedef void (*ub_mm_quant_fn)(const float *x, int64_t k, uint8_t *out);
+/* Block dequantiser: one block -> float[blck]. */
+typedef void (*ub_mm_deq_fn)(const uint8_t *b, float *y);
+
+typedef struct {
+    int32_t type, blck, bytes; /* weight type, elements and bytes per block */
+    int32_t act;               /* UB_ACT_* the activations become */
+    ub_mm_dot_fn dot_generic;
+    ub_mm_deq_fn deq;
+} ub_mm_type;
+
+/* The table entry of `type`, or NULL. */
+const ub_mm_type *ub_mm_find(int32_t type);
+/* Bytes of one activation row of k elements for act kind `act`; k must be a multiple of its block. */
+int64_t ub_mm_act_row_bytes(int32_t act, int64_t k);
+/* Quantisers (generic; the AVX2 ones produce the same bytes). */
+void ub_mm_quant_row_generic(int32_t act, const float *x, int64_t k, uint8_t *out);
+void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out);
+/* The AVX2 dot kernel of a weight type, or NULL when it has none (then the generic one is used). */
+ub_mm_dot_fn ub_mm_dot_avx2(int32_t type);
+/* 1 when the CPU has AVX2, FMA and F16C (and the AVX2 kernels were compiled in). */
+int ub_mm_cpu_avx2(void);
+
+#endif

@@ -1,0 +1,178 @@
+"""Matmul of float32 activations by GGUF weights kept in their block layout (C kernels, csrc/compute/).
+
+    w = QWeight(ggml_type, n_rows, n_cols, data)   # data: the tensor's bytes (uint8, kept, never copied)
+    y = matmul(x, w)                               # x float32[n, n_cols] -> float32[n, n_rows] = x @ W.T
+    rows = get_rows(w, ids)                        # ids int32[m] -> float32[m, n_cols] (dequantised rows)
+
+Activations are quantised per row as ggml-cpu does for the weight type (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1
+for Q4_1/Q5_1, Q8_K for the k-quants, f16/bf16/f32 for the float types), then integer dot products per
+block. y[i] depends only on x[i] and w, bitwise: whatever the number of rows, the thread count or the call
+(csrc/compute/matmul.c says how). The back-end (AVX2 or plain C) is chosen at run time;
+UBATCH_KERNELS=generic forces plain C, ``set_backend`` switches it (tests, benchmarks).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ubatch._ffi import ffi, lib
+from ubatch.compute.kernels import default_threads
+
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
+TYPE_NAMES = {F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1",
+              Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+_BACKENDS = {"generic": 0, "avx2": 1, "auto": -1}
+_BACKEND_NAMES = {0: "generic", 1: "avx2"}
+_NATIVE_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
+
+
+def type_info(ggml_type: int) -> tuple:
+    """(elements per block, bytes per block) of a supported weight type; ValueError naming it otherwise."""
+    blck, nbytes = ffi.new("int32_t *"), ffi.new("int32_t *")
+    if isinstance(ggml_type, bool) or not isinstance(ggml_type, (int, np.integer)) or \
+            not lib.ub_mm_type_info(int(ggml_type), blck, nbytes):
+        raise ValueError(f"unsupported ggml type {ggml_type!r} (supported: "
+                         f"{', '.join(f'{n}={v}' for v, n in sorted(TYPE_NAMES.items()))})")
+    return int(blck[0]), int(nbytes[0])
+
+
+def backend() -> str:
+    """The kernel back-end in use: "avx2" or "generic"."""
+    return _BACKEND_NAMES[lib.ub_mm_backend()]
+
+
+def set_backend(name: str) -> str:
+    """Select "generic", "avx2" (falls back to generic without CPU support) or "auto" for later calls;
+    returns the back-end now in use. Do not call while another thread runs a kernel."""
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown kernel back-end {name!r} (choose from {sorted(_BACKENDS)})")
+    return _BACKEND_NAMES[lib.ub_mm_set_backend(_BACKENDS[name])]
+
+
+def _threads(n_threads: Optional[int]) -> int:
+    nt = default_threads() if n_threads is None else n_threads
+    if isinstance(nt, bool) or not isinstance(nt, (int, np.integer)) or nt < 1:
+        raise ValueError(f"n_threads must be an int >= 1, got {n_threads!r}")
+    return int(nt)
+
+
+class QWeight:
+    """A weight matrix [n_rows, n_cols] = [out, in] stored as GGUF blocks of ``ggml_type`` (GGUF ne =
+    (n_cols, n_rows)). ``data`` is kept as given (a memmap slice stays a memmap): uint8 bytes, or for
+    F32 / F16 / BF16 also a float32 / float16 / uint16 array of the same bytes."""
+
+    __slots__ = ("ggml_type", "n_rows", "n_cols", "data", "block_size", "block_bytes", "nbytes", "_buf")
+
+    def __init__(self, ggml_type: int, n_rows: int, n_cols: int, data: np.ndarray) -> None:
+        blck, bb = type_info(ggml_type)
+        for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "n_rows" else 1):
+                raise ValueError(f"QWeight {name} must be an int >= {0 if name == 'n_rows' else 1}, got {v!r}")
+        n_rows, n_cols = int(n_rows), int(n_cols)
+        tname = TYPE_NAMES[int(ggml_type)]
+        if n_cols % blck:
+            raise ValueError(f"QWeight n_cols={n_cols} is not a multiple of the {tname} block size {blck}")
+        if not isinstance(data, np.ndarray):
+            raise ValueError(f"QWeight data must be a numpy array, got {type(data).__name__}")
+        if data.dtype != np.uint8 and data.dtype != _NATIVE_DTYPES.get(int(ggml_type)):
+            raise ValueError(f"QWeight data for {tname} must be uint8 bytes"
+                             f"{' or ' + _NATIVE_DTYPES[int(ggml_type)].name if int(ggml_type) in _NATIVE_DTYPES else ''}"
+                             f", got dtype {data.dtype}")
+        if not data.flags.c_contiguous:
+            raise ValueError("QWeight data must be C-contiguous")
+        need = n_rows * (n_cols // blck) * bb
+        if data.nbytes != need:
+            raise ValueError(f"QWeight data has {data.nbytes} bytes, {tname} [{n_rows}, {n_cols}] needs {need}")
+        self.ggml_type, self.n_rows, self.n_cols, self.data = int(ggml_type), n_rows, n_cols, data
+        self.block_size, self.block_bytes, self.nbytes = blck, bb, need
+        self._buf = ffi.from_buffer("uint8_t[]", data) if need else ffi.NULL
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES[self.ggml_type]
+
+    @property
+    def shape(self) -> tuple:
+        return (self.n_rows, self.n_cols)
+
+    def __repr__(self) -> str:
+        return f"QWeight({self.type_name}, n_rows={self.n_rows}, n_cols={self.n_cols})"
+
+
+def _check_weight(w) -> None:
+    if not isinstance(w, QWeight):
+        raise ValueError(f"w must be a QWeight, got {type(w).__name__}")
+
+
+def matmul(x: np.ndarray, w: QWeight, *, out: Optional[np.ndarray] = None,
+           n_threads: Optional[int] = None) -> np.ndarray:
+    """y = x @ W.T: x float32[n, n_cols] (or [n_cols]) C-contiguous -> float32[n, n_rows] (or [n_rows])."""
+    _check_weight(w)
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"x must be a numpy array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise ValueError(f"x must have dtype float32, got {x.dtype}")
+    if x.ndim not in (1, 2) or x.shape[-1] != w.n_cols:
+        raise ValueError(f"x must have shape [n, {w.n_cols}] (the weight's n_cols), got {x.shape}")
+    if not x.flags.c_contiguous:
+        raise ValueError("x must be C-contiguous")
+    n = 1 if x.ndim == 1 else x.shape[0]
+    shape = (w.n_rows,) if x.ndim == 1 else (n, w.n_rows)
+    if out is None:
+        out = np.empty(shape, np.float32)
+    elif not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {shape}")
+    nt = _threads(n_threads)
+    if n == 0 or w.n_rows == 0:
+        return out
+    rc = lib.ub_matmul(ffi.from_buffer("float[]", x), n, w.n_cols, w._buf, w.nbytes, w.ggml_type, w.n_rows,
+                       ffi.from_buffer("float[]", out), nt)
+    if rc == lib.UB_E_NOMEM:
+        raise MemoryError("matmul: out of memory for the quantised activations")
+    if rc != lib.UB_OK:
+        raise ValueError(f"matmul: invalid arguments for {w!r} (status {rc})")
+    return out
+
+
+def get_rows(w: QWeight, ids: np.ndarray) -> np.ndarray:
+    """Dequantised rows: ids int32[m] (each in [0, n_rows)) -> float32[m, n_cols]."""
+    _check_weight(w)
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int32 or ids.ndim != 1:
+        raise ValueError(f"ids must be a 1-D int32 numpy array, got "
+                         f"{getattr(ids, 'dtype', type(ids).__name__)} {getattr(ids, 'shape', '')}")
+    ids = np.ascontiguousarray(ids)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= w.n_rows):
+        bad = ids[(ids < 0) | (ids >= w.n_rows)][0]
+        raise ValueError(f"get_rows: id {int(bad)} out of range [0, {w.n_rows})")
+    out = np.empty((ids.size, w.n_cols), np.float32)
+    if ids.size == 0:
+        return out
+    rc = lib.ub_get_rows(w._buf, w.nbytes, w.ggml_type, w.n_rows, w.n_cols, ffi.from_buffer("int32_t[]", ids),
+                         ids.size, ffi.from_buffer("float[]", out))
+    if rc != lib.UB_OK:
+        raise ValueError(f"get_rows: invalid arguments for {w!r} (status {rc})")
+    return out
+
+
+def quantize_activations(x: np.ndarray, ggml_type: int) -> np.ndarray:
+    """The bytes ub_matmul makes of one activation row for a weight type (for tests): x float32[k] -> uint8.
+    Layout per block: Q8_0 {f32 d; i8 qs[32]}, Q8_1 {f32 d; f32 s; i8 qs[32]}, Q8_K {f32 d; i8 qs[256];
+    i16 bsums[16]}; f16/bf16 bits; f32 as is."""
+    type_info(ggml_type)
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 1:
+        raise ValueError("x must be a 1-D float32 numpy array")
+    x = np.ascontiguousarray(x)
+    nbytes = lib.ub_mm_act_bytes(int(ggml_type), x.size)
+    if nbytes < 0:
+        raise ValueError(f"x length {x.size} does not fit the activation blocks of {TYPE_NAMES[int(ggml_type)]}")
+    out = np.empty(nbytes, np.uint8)
+    rc = lib.ub_mm_quantize_act(ffi.from_buffer("float[]", x), x.size, int(ggml_type), ffi.from_buffer("uint8_t[]", out))
+    if rc != lib.UB_OK:
+        raise ValueError(f"quantize_activations: invalid arguments (status {rc})")
+    return out
+
+
+__all__ = ["QWeight", "matmul", "get_rows", "type_info", "backend", "set_backend", "quantize_activations",
+           "TYPE_NAMES"] + list(TYPE_NAMES.values())

@@ -1,0 +1,21 @@
+"""Architecture registry: general.architecture -> its module under ubatch.model.arch."""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Dict
+
+from ubatch.model.arch import gemma3, llama, qwen2
+
+ARCHITECTURES: Dict[str, ModuleType] = {m.NAME: m for m in (llama, qwen2, gemma3)}
+SUPPORTED_ARCHS = tuple(ARCHITECTURES)
+
+
+def get(arch: str, path: str = "") -> ModuleType:
+    from ubatch.model.gguf_file import GGUFError
+    mod = ARCHITECTURES.get(arch)
+    if mod is None:
+        raise GGUFError(f"{path}: unsupported architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHS)})")
+    return mod
+
+
+__all__ = ["ARCHITECTURES", "SUPPORTED_ARCHS", "get"]
