@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit)
     p.add_argument("--grace", type=float, default=d.grace_seconds,
                    help="seconds in-flight requests may finish after SIGTERM")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="Jinja chat template to use instead of the model's (gemma GGUFs without one get Gemma's)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -42,7 +44,8 @@ def config_from(args) -> ServerConfig:
                         parallel=args.parallel, n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch,
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
-                        max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace)
+                        max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
+                        chat_template_file=args.chat_template)
 
 
 def run(args) -> int:

@@ -26,6 +26,7 @@ class ServerConfig:
     max_embedding_inputs: int = 64         # largest number of inputs in one /v1/embeddings request
     grace_seconds: float = 10.0            # SIGTERM: how long in-flight requests may finish
     retry_after_seconds: int = 1           # Retry-After of a 429
+    chat_template_file: Optional[str] = None   # Jinja chat template replacing the model's (or the fallback)
 
     @property
     def served_id(self) -> str:

@@ -104,13 +104,18 @@ def _content_text(content: Any, where: str) -> str:
                    param=where)
 
 
-def chat_tokens(tokenizer, messages) -> List[int]:
-    """Messages -> the model's chat template (with the generation prompt) -> token ids."""
+def chat_tokens(tokenizer, messages, template: Optional[str] = None) -> List[int]:
+    """Messages -> the chat template (with the generation prompt) -> token ids. `template` (a Jinja string)
+    replaces the model's own; without either the tokenizer decides (the tiny model's byte tokenizer renders a
+    plain transcript, a real vocabulary without a template refuses: 400)."""
     tok = _need_tokenizer(tokenizer, "messages")
     msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
             for i, m in enumerate(messages)]
     try:
-        text = tok.apply_chat_template(msgs, add_generation_prompt=True)
+        if template is not None:
+            text = tok.apply_chat_template(msgs, add_generation_prompt=True, template=template)
+        else:
+            text = tok.apply_chat_template(msgs, add_generation_prompt=True)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
         raise APIError(400, f"messages: the chat template refused the conversation: {e}", param="messages")
     return encode_text(tok, text)
