@@ -46,7 +46,8 @@ def run(state: ServerState, *, log_level: str = "warning") -> int:
     app = create_app(state)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=max(0.0, float(cfg.grace_seconds)), lifespan="on",
-                            h11_max_incomplete_event_size=64 * 1024)
+                            h11_max_incomplete_event_size=64 * 1024,
+                            limit_concurrency=cfg.parallel + cfg.max_queue + 64)
     server = UbatchServer(config, state)
     server.run()
     return 0
