@@ -40,6 +40,8 @@ BAD = [  # (path, raw body or json, status, param, words in the message)
     (C, b"{not json", 400, "body", "malformed JSON"),
     (C, b"", 400, "body", "empty"),
     (C, b"[1, 2]", 400, "body", "JSON object"),
+    (C, b"[" * 60000, 400, "body", "nested too deeply"),
+    (C, b'{"model": "tiny-llama", "prompt": "\xff\xfe"}', 400, "body", "malformed JSON"),
     (C, {"prompt": [1]}, 422, "model", "Field required"),
     (C, _cmpl(model="gpt-4"), 400, "model", "unknown model"),
     (C, _cmpl(model=7), 422, "model", "string"),
@@ -126,6 +128,14 @@ def test_disconnect_mid_stream_frees_the_sequence(server):
     m = server.wait_idle()              # the sequence left the engine and the KV cache
     assert m["ubatch_cancelled_total"] == before + 1
     assert m["ubatch_generation_tokens_total"] < 10**6
+
+
+def test_disconnect_right_after_the_headers_frees_the_sequence(server):
+    before = server.metrics()["ubatch_cancelled_total"]
+    with server.client() as c, c.stream("POST", C, json={**_cmpl(max_tokens=3000), "stream": True}) as r:
+        assert r.status_code == 200                     # leaves without reading a single event
+    m = server.wait_idle()
+    assert m["ubatch_cancelled_total"] == before + 1
 
 
 def test_disconnect_non_streaming_frees_the_sequence(server):

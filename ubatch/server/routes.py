@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import AsyncIterator, List
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ubatch.server import responses as R
 from ubatch.server import sse
@@ -45,8 +45,7 @@ async def completions(request: Request) -> Response:
     rid = R.new_id("cmpl")
     ids = req.return_token_ids
     if req.stream:
-        return StreamingResponse(_stream_completion(st, req, gen, rid), media_type=sse.MEDIA_TYPE,
-                                 headers=sse.HEADERS)
+        return sse.EngineStream(_stream_completion(st, req, gen, rid), gen)
     gen.watch_disconnect(request)
     try:
         await gen.collect()
@@ -102,8 +101,7 @@ async def chat_completions(request: Request) -> Response:
     await gen.start()
     rid = R.new_id("chatcmpl")
     if req.stream:
-        return StreamingResponse(_stream_chat(st, req, gen, rid, n_top), media_type=sse.MEDIA_TYPE,
-                                 headers=sse.HEADERS)
+        return sse.EngineStream(_stream_chat(st, req, gen, rid, n_top), gen)
     gen.watch_disconnect(request)
     try:
         await gen.collect()

@@ -46,6 +46,9 @@ def parse(raw: bytes, model: Type[M]) -> M:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(400, f"malformed JSON in the request body: {e}", param="body", code="invalid_json")
+    except RecursionError:
+        raise APIError(400, "malformed JSON in the request body: nested too deeply", param="body",
+                       code="invalid_json")
     if not isinstance(data, dict):
         raise APIError(400, f"the request body must be a JSON object, got {type(data).__name__}", param="body")
     try:
