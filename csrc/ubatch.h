@@ -9,5 +9,6 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_sampling.h"
+#include "ub_tok.h"
 
 #endif

@@ -10,6 +10,7 @@ from ubatch.engine.llm import LLM, Completion
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model.gguf_model import Model
 from ubatch import models
+from ubatch.tokenizer import Tokenizer
 
-__all__ = ["Batch", "BatchAllocator", "BatchError", "Completion", "ComputeResult", "Context", "LLM", "KVCacheFullError", "KVCache",
-           "Model", "Placement", "models", "SplitError", "UBatch", "UbatchError"]
+__all__ = ["Batch", "BatchAllocator", "BatchError", "Completion", "ComputeResult", "Context", "LLM", "KVCacheFullError",
+           "KVCache", "Model", "Placement", "models", "SplitError", "Tokenizer", "UBatch", "UbatchError"]
