@@ -77,41 +77,52 @@ INL AVX2 __m256i nibbles32(const uint8_t *p) {
 
 /* ---- 32-element blocks against Q8_0 (kind 0: Q4_0, 1: Q5_0, 2: Q8_0) and Q8_1 (3: Q4_1, 4: Q5_1) ---- */
 
-INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
-                       int64_t ys, const int kind) {
+/* one block ib of every row of the tile into acc[] (and accm[] for the Q8_1 kinds) */
+INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const int nr, int64_t ib, const int kind,
+                        __m256 *acc, float *accm) {
     static const int bytes[5] = {18, 22, 34, 20, 24};
-    __m256 acc[UB_MM_RT];
-    float accm[UB_MM_RT];
-    for (int r = 0; r < nr; r++) {
-        acc[r] = _mm256_setzero_ps();
-        accm[r] = 0.0f;
-    }
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t *b = w + ib * bytes[kind];
-        __m256i q;
-        if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
-        else if (kind == 1) q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(b + 2)), _mm256_set1_epi8(16));
-        else if (kind == 2) q = ld(b + 2);
-        else if (kind == 3) q = nibbles32(b + 4);
-        else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
-        const float dw = h2f(b);
-        if (kind <= 2) {
-            for (int r = 0; r < nr; r++) {
-                const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
-                const __m256i s = kind == 2 ? dot_s8(q, ld(x->qs)) : dot_s8(q, ld(x->qs));
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(s), acc[r]);
-            }
-        } else {
-            const float mw = h2f(b + 2);
-            for (int r = 0; r < nr; r++) {
-                const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
-                const __m256i s = dot_u8(q, ld(x->qs));
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(s), acc[r]);
-                accm[r] += mw * x->s;
-            }
+    const uint8_t *b = w + ib * bytes[kind];
+    __m256i q;
+    if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    else if (kind == 1) q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(b + 2)), _mm256_set1_epi8(16));
+    else if (kind == 2) q = ld(b + 2);
+    else if (kind == 3) q = nibbles32(b + 4);
+    else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
+    const float dw = h2f(b);
+    if (kind <= 2) {
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
+        }
+    } else {
+        const float mw = h2f(b + 2);
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
+            accm[r] += mw * x->s;
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = kind <= 2 ? hsum(acc[r]) : hsum(acc[r]) + accm[r];
+}
+
+/* even blocks into acc0, odd blocks into acc1 (two FMA chains per row), then acc0 + acc1, hsum, + mins */
+INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                       int64_t ys, const int kind) {
+    __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
+    float accm[UB_MM_RT];
+    for (int r = 0; r < nr; r++) {
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+        accm[r] = 0.0f;
+    }
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        q32_block(w, a, as, nr, ib, kind, acc0, accm);
+        q32_block(w, a, as, nr, ib + 1, kind, acc1, accm);
+    }
+    if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
+    for (int r = 0; r < nr; r++) {
+        const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
+        y[r * ys] = kind <= 2 ? s : s + accm[r];
+    }
 }
 #define B_Q4_0(...) body_q32(__VA_ARGS__, 0)
 #define B_Q5_0(...) body_q32(__VA_ARGS__, 1)
