@@ -98,12 +98,12 @@ def test_gemma_seeded_sampling_alone_equals_among_others_and_forks(gemma):
 
 
 def test_gemma_embeddings_batch_equals_one_at_a_time(gemma):
-    ps = [r["prompt_tokens"] for r in recorded("gemma3-270m")[:5]]
-    llm = ubatch.LLM(gemma, n_ctx=512, n_batch=128, n_seq_max=5)
+    ps = [r["prompt_tokens"] for r in recorded("gemma3-270m")[:3]]
+    llm = ubatch.LLM(gemma, n_ctx=512, n_batch=128, n_seq_max=3)
     for pooling in ("mean", "last"):
         many = llm.embed(ps, pooling=pooling, normalize=False)
         one = np.stack([llm.embed([p], pooling=pooling, normalize=False)[0] for p in ps])
-        assert many.shape == (5, gemma.n_embd) and np.array_equal(many, one), pooling
+        assert many.shape == (3, gemma.n_embd) and np.array_equal(many, one), pooling
 
 
 def test_qwen_greedy_vs_llama_cpp():
@@ -113,3 +113,29 @@ def test_qwen_greedy_vs_llama_cpp():
                                                                ignore_eos=True)
     for o, r in zip(outs, recs):
         _agrees_with_llama_cpp("qwen2.5-0.5b", o.tokens, r)
+
+
+def test_gemma_text_stream_stop_and_utf8(gemma):
+    """Real pieces (SentencePiece with byte fallback): the streamed deltas of CJK / emoji continuations join to the
+    text of the pieces, no delta holds a broken sequence, and a stop string taken from that text cuts it there."""
+    tok = gemma.tokenizer
+    llm = ubatch.LLM(gemma, n_ctx=512, n_seq_max=2)
+    for prompt in ("日本の首都は", "My favourite emoji are 😀, 🎉 and"):
+        full = llm.generate(prompt, max_tokens=16, ignore_eos=True)[0]
+        pieces = b"".join(tok.token_to_piece(t) for t in full.tokens).decode("utf-8", errors="replace")
+        assert full.text == pieces
+        parts = list(llm.stream(prompt, max_tokens=16, ignore_eos=True))
+        assert "".join(parts) == full.text and not any("\ufffd" in p for p in parts if "\ufffd" not in full.text)
+        stop = full.text[len(full.text) // 2:len(full.text) // 2 + 2]
+        cut = llm.generate(prompt, max_tokens=16, ignore_eos=True, stop=[stop])[0]
+        assert cut.finish_reason == "stop" and cut.text == full.text[:full.text.find(stop)]
+
+
+def test_qwen_chat_template_and_eog():
+    qwen = ubatch.models.load("qwen2.5-0.5b")
+    llm = ubatch.LLM(qwen, n_ctx=512, n_seq_max=1)
+    msgs = [{"role": "user", "content": "Say hello."}]
+    c = llm.chat(msgs, max_tokens=24)
+    text = qwen.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    assert c.prompt_tokens == len(qwen.tokenizer.encode(text, add_special=True, parse_special=True))
+    assert c.finish_reason == "stop" and qwen.tokenizer.eot not in c.tokens and c.text.strip()
