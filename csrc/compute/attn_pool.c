@@ -1,8 +1,13 @@
 /* Persistent worker pool (see attn_pool.h). State is global and guarded by g_mu; g_use serialises jobs
- * (taken with trylock so a second concurrent caller never blocks: it runs its job inline). */
+ * (taken with trylock so a second concurrent caller never blocks: it runs its job inline). After a job a
+ * worker spins for up to UB_POOL_SPIN_US watching g_pub (the published generation) before it sleeps on the
+ * condition variable: a decode step issues hundreds of sub-millisecond jobs back to back, and a condvar
+ * wake-up per job would cost more than the job. UBATCH_POOL_SPIN_US overrides the spin time (0: none). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "attn_pool.h"
 
@@ -20,6 +25,30 @@ static int g_active;      /* participants (workers) inside fn */
 static ub_pool_fn g_fn;
 static void *g_ctx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static atomic_ullong g_pub;  /* copy of g_gen (and bumped on stop) readable without g_mu, for spinning */
+static long g_spin_ns = 200000;
+#define UB_POOL_SPIN_US 200
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spin (unlocked) until the published generation differs from seen or the spin time is over. */
+static void spin_wait(uint64_t seen) {
+    if (g_spin_ns <= 0) return;
+    const int64_t end = now_ns() + g_spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&g_pub, memory_order_acquire) != seen) return;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (now_ns() > end) return;
+    }
+}
 
 /* arg: participant index w >= 1 cast through intptr_t. */
 static void *worker_main(void *arg) {
@@ -27,6 +56,11 @@ static void *worker_main(void *arg) {
     uint64_t seen = UINT64_MAX; /* a new worker joins the job being published when it was created */
     pthread_mutex_lock(&g_mu);
     for (;;) {
+        if (!g_stop && g_gen == seen && seen != UINT64_MAX) {
+            pthread_mutex_unlock(&g_mu);
+            spin_wait(seen);
+            pthread_mutex_lock(&g_mu);
+        }
         while (!g_stop && g_gen == seen) pthread_cond_wait(&g_wake, &g_mu);
         if (g_stop) break;
         seen = g_gen;
@@ -62,6 +96,8 @@ static void fork_child(void) { /* the workers do not exist in the child */
 static void register_hooks(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(ub_pool_shutdown);
+    const char *e = getenv("UBATCH_POOL_SPIN_US");
+    g_spin_ns = e ? atol(e) * 1000L : (long)UB_POOL_SPIN_US * 1000L;
 }
 
 void ub_pool_run(ub_pool_fn fn, void *ctx, int n) {
@@ -81,6 +117,7 @@ void ub_pool_run(ub_pool_fn fn, void *ctx, int n) {
     g_want = n - 1 < g_n ? n - 1 : g_n;
     g_open = 1;
     g_gen++;
+    atomic_store_explicit(&g_pub, g_gen, memory_order_release);
     pthread_cond_broadcast(&g_wake);
     pthread_mutex_unlock(&g_mu);
 
@@ -99,6 +136,7 @@ void ub_pool_shutdown(void) {
     pthread_mutex_lock(&g_use);
     pthread_mutex_lock(&g_mu);
     g_stop = 1;
+    atomic_fetch_add(&g_pub, 1); /* wakes spinning workers; they then see g_stop under g_mu */
     pthread_cond_broadcast(&g_wake);
     const int n = g_n;
     pthread_mutex_unlock(&g_mu);

@@ -1,19 +1,290 @@
-/* AVX2 + FMA + F16C matmul kernels, compiled with per-function target attributes and chosen at run time
- * (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and
- * ub_mm_cpu_avx2() returns 0. */
+/* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
+ * time (matmul.c). Contracts: mm_internal.h. Types without an AVX2 kernel here (Q2_K, Q3_K, BF16) use the
+ * generic one. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
+ *
+ * Every kernel body is instantiated for nr = 1..4 (row tile); for each activation row it keeps its own
+ * accumulators and performs the same operations in the same order whatever nr is: the weight block is
+ * decoded once and shared, nothing else is. Integer products inside a block are exact (maddubs pairs
+ * stay below 2^15 for every format: |w| <= 128 or w <= 63 against |a| <= 127); one FMA per block (and
+ * one for the mins) folds them into the row's 8-lane float accumulator, blocks in index order; a fixed
+ * horizontal sum ends the row. */
+#include <string.h>
+
 #include "mm_internal.h"
+#include "ub_matmul.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline))
+
 int ub_mm_cpu_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
-ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
-    (void)type;
-    return 0;
-}
+
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) {
-    ub_mm_quant_row_generic(act, x, k, out);
+    ub_mm_quant_row_generic(act, x, k, out); /* same bytes; cheap next to the dots */
+}
+
+INL AVX2 float h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+INL AVX2 float hsum(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+INL AVX2 __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+/* signed w (any int8) . signed x (never -128) -> 8 int32 partial sums */
+INL AVX2 __m256i dot_s8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+/* unsigned w (<= 63) . signed x -> 8 int32 partial sums */
+INL AVX2 __m256i dot_u8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+/* 32 bytes: byte j = 0x10 when bit j of the little-endian uint32 at p is set, else 0 */
+INL AVX2 __m256i bit4_from_bits(const uint8_t *p) {
+    uint32_t h;
+    memcpy(&h, p, 4);
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+/* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
+INL AVX2 __m256i nibbles32(const uint8_t *p) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)p);
+    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+#define DISPATCH(NAME, BODY)                                                                                \
+    static AVX2 void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
+        switch (nr) {                                                                                       \
+        case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
+        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
+        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
+        default: BODY(nb, w, a, as, 4, y, ys); break;                                                       \
+        }                                                                                                   \
+    }
+
+/* ---- 32-element blocks against Q8_0 (kind 0: Q4_0, 1: Q5_0, 2: Q8_0) and Q8_1 (3: Q4_1, 4: Q5_1) ---- */
+
+/* one block ib of every row of the tile into acc[] (and accm[] for the Q8_1 kinds) */
+INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const int nr, int64_t ib, const int kind,
+                        __m256 *acc, float *accm) {
+    static const int bytes[5] = {18, 22, 34, 20, 24};
+    const uint8_t *b = w + ib * bytes[kind];
+    __m256i q;
+    if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    else if (kind == 1) q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(b + 2)), _mm256_set1_epi8(16));
+    else if (kind == 2) q = ld(b + 2);
+    else if (kind == 3) q = nibbles32(b + 4);
+    else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
+    const float dw = h2f(b);
+    if (kind <= 2) {
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
+        }
+    } else {
+        const float mw = h2f(b + 2);
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
+            accm[r] += mw * x->s;
+        }
+    }
+}
+
+/* even blocks into acc0, odd blocks into acc1 (two FMA chains per row), then acc0 + acc1, hsum, + mins */
+INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                       int64_t ys, const int kind) {
+    __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
+    float accm[UB_MM_RT];
+    for (int r = 0; r < nr; r++) {
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+        accm[r] = 0.0f;
+    }
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        q32_block(w, a, as, nr, ib, kind, acc0, accm);
+        q32_block(w, a, as, nr, ib + 1, kind, acc1, accm);
+    }
+    if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
+    for (int r = 0; r < nr; r++) {
+        const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
+        y[r * ys] = kind <= 2 ? s : s + accm[r];
+    }
+}
+#define B_Q4_0(...) body_q32(__VA_ARGS__, 0)
+#define B_Q5_0(...) body_q32(__VA_ARGS__, 1)
+#define B_Q8_0(...) body_q32(__VA_ARGS__, 2)
+#define B_Q4_1(...) body_q32(__VA_ARGS__, 3)
+#define B_Q5_1(...) body_q32(__VA_ARGS__, 4)
+DISPATCH(dot_q4_0, B_Q4_0)
+DISPATCH(dot_q5_0, B_Q5_0)
+DISPATCH(dot_q8_0, B_Q8_0)
+DISPATCH(dot_q4_1, B_Q4_1)
+DISPATCH(dot_q5_1, B_Q5_1)
+
+/* ---- Q4_K / Q5_K against Q8_K ---- */
+
+INL void scale_min_k4(const uint8_t *s, int16_t *sc, int16_t *mn16) { /* sc[8]; mn16[16]: each min twice */
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn16[2 * j] = mn16[2 * j + 1] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (int16_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        mn16[2 * j] = mn16[2 * j + 1] = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                        int64_t ys, const int five) {
+    __m256 acc[UB_MM_RT];
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * (five ? 176 : 144);
+        const uint8_t *qs = b + (five ? 48 : 16);
+        int16_t sc[8], mn16[16];
+        scale_min_k4(b + 4, sc, mn16);
+        const float dw = h2f(b), dmw = h2f(b + 2);
+        const __m256i mins = _mm256_loadu_si256((const __m256i *)mn16);
+        const __m256i qh = five ? ld(b + 16) : _mm256_setzero_si256();
+        __m256i sumi[UB_MM_RT];
+        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i raw = ld(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
+            const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+            for (int r = 0; r < nr; r++) {
+                const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(x->qs + 64 * c)), s_lo));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(x->qs + 64 * c + 32)), s_hi));
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+}
+#define B_Q4_K(...) body_q45k(__VA_ARGS__, 0)
+#define B_Q5_K(...) body_q45k(__VA_ARGS__, 1)
+DISPATCH(dot_q4_k, B_Q4_K)
+DISPATCH(dot_q5_k, B_Q5_K)
+
+/* ---- Q6_K against Q8_K: e in [0, 63], value e - 32; the -32 is folded in exactly via the bsums ---- */
+
+INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                       int64_t ys) {
+    __m256 acc[UB_MM_RT];
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * 210;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float dw = h2f(b + 208);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sumi[UB_MM_RT];
+        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = ld(b + 64 * h), ql1 = ld(b + 64 * h + 32), qh = ld(b + 128 + 32 * h);
+            for (int i = 0; i < 4; i++) {
+                const __m256i l = i == 0 ? _mm256_and_si256(ql0, m4)
+                                  : i == 1 ? _mm256_and_si256(ql1, m4)
+                                  : i == 2 ? _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4)
+                                           : _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4);
+                const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), m2), 4);
+                const __m256i e = _mm256_or_si256(l, hb);
+                const int s0 = 8 * h + 2 * i;
+                const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
+                for (int r = 0; r < nr; r++) {
+                    const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(e, ld(x->qs + 128 * h + 32 * i)), sv));
+                }
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), sc16), 5);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], corr)), acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+}
+DISPATCH(dot_q6_k, body_q6k)
+
+/* ---- F32 / F16 (activations rounded to f16): two 8-lane accumulators per row (even / odd 8-element
+ * steps), combined, then hsum, then the k % 8 tail in order ---- */
+
+INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                     int64_t ys, const int f16) {
+    __m256 a0[UB_MM_RT], a1[UB_MM_RT];
+    for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+#define LDW(off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + (off)))) : _mm256_loadu_ps((const float *)w + (off)))
+#define LDA(r, off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(a + (r) * as) + (off)))) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
+    for (; i + 16 <= k; i += 16) {
+        const __m256 w0 = LDW(i), w1 = LDW(i + 8);
+        for (int r = 0; r < nr; r++) {
+            a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
+            a1[r] = _mm256_fmadd_ps(w1, LDA(r, i + 8), a1[r]);
+        }
+    }
+    if (i + 8 <= k) {
+        const __m256 w0 = LDW(i);
+        for (int r = 0; r < nr; r++) a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
+        i += 8;
+    }
+#undef LDW
+#undef LDA
+    for (int r = 0; r < nr; r++) {
+        float s = hsum(_mm256_add_ps(a0[r], a1[r]));
+        for (int64_t j = i; j < k; j++) {
+            const float wv = f16 ? _cvtsh_ss(((const uint16_t *)w)[j]) : ((const float *)w)[j];
+            const float av = f16 ? _cvtsh_ss(((const uint16_t *)(a + r * as))[j]) : ((const float *)(a + r * as))[j];
+            s += wv * av;
+        }
+        y[r * ys] = s;
+    }
+}
+#define B_F32(...) body_f(__VA_ARGS__, 0)
+#define B_F16(...) body_f(__VA_ARGS__, 1)
+DISPATCH(dot_f32, B_F32)
+DISPATCH(dot_f16, B_F16)
+
+ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
+    switch (type) {
+    case UB_T_F32: return dot_f32;
+    case UB_T_F16: return dot_f16;
+    case UB_T_Q4_0: return dot_q4_0;
+    case UB_T_Q4_1: return dot_q4_1;
+    case UB_T_Q5_0: return dot_q5_0;
+    case UB_T_Q5_1: return dot_q5_1;
+    case UB_T_Q8_0: return dot_q8_0;
+    case UB_T_Q4_K: return dot_q4_k;
+    case UB_T_Q5_K: return dot_q5_k;
+    case UB_T_Q6_K: return dot_q6_k;
+    }
+    return 0;
 }
 #else
 int ub_mm_cpu_avx2(void) { return 0; }

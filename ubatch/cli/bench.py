@@ -2,7 +2,8 @@
 
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
-    ubatch bench kv|attention|decode [ARGS...]    the KV-cache / attention / decode benchmarks, when built
+    ubatch bench kv|attention|decode|matmul|models [ARGS...]   the KV-cache / attention / decode / matmul /
+                                                  real-model benchmarks
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
     ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
 """
@@ -24,6 +25,8 @@ KERNEL_BENCHES = {
     "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
     "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),
+    "matmul": ("ubatch.bench.matmul", "bench_matmul.py", "the C matmul kernels on the real models' weights"),
+    "models": ("ubatch.bench.models_bench", "bench_models.py", "real models (Gemma 3, Qwen2.5) beside llama.cpp"),
     "generate": ("ubatch.bench.generate_bench", "bench_generate.py",
                  "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
     "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
@@ -53,7 +56,7 @@ def progress_bar(enabled: bool, desc: str):
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", allow_abbrev=False, help="benchmarks: split strategies (default), split/kv/attention/decode",
+    p = sub.add_parser("bench", allow_abbrev=False, help="benchmarks: split strategies (default), split/kv/attention/decode/matmul",
                        description="Without a sub-command: the split-strategy suite. Every workload family x "
                                    "n_ubatch x strategy is planned (init + split_reset + split loop) and timed; "
                                    "prints a table, and with --out writes bench_suite.json and PNG plots.")
@@ -70,7 +73,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the families and strategies, then exit")
     p.set_defaults(func=run_suite)
-    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,generate,serve}")
+    bsub = p.add_subparsers(dest="bench_command", metavar="{split,kv,attention,decode,matmul,models,generate,serve}")
     sp = bsub.add_parser("split", help="llama.cpp's split-timing workloads W1-W6 beside llama.cpp's times",
                          description="µs per plan on llama.cpp's workloads W1-W6, next to llama.cpp's own C++ time")
     from ubatch.bench import split_bench

@@ -1,0 +1,181 @@
+"""Row-wise ops (rms_norm, gated activations) and the visible-cell attention: float64 references,
+bitwise invariance to batching, threads and KV layout, bad input."""
+import numpy as np
+import pytest
+
+from ubatch.compute import kernels, ops
+from ubatch.compute import matmul as mm
+from ubatch.memory.placement import Placement
+
+BACKENDS = ["generic"] + (["avx2"] if mm.set_backend("auto") == "avx2" else [])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    assert mm.set_backend(request.param) == request.param
+    yield request.param
+    mm.set_backend("auto")
+
+
+def test_rms_norm_reference_and_invariance():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 77)).astype(np.float32) * 3
+    g = rng.standard_normal(77).astype(np.float32)
+    y = ops.rms_norm(x, g, 1e-6)
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 ** 2).mean(axis=1, keepdims=True) + 1e-6) * g
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    for i in (0, 4, 8):
+        assert np.array_equal(ops.rms_norm(x[i], g, 1e-6), y[i])
+    assert np.array_equal(ops.rms_norm(x[2:5], g, 1e-6), y[2:5])
+    z = x.copy()
+    ops.rms_norm(z, g, 1e-6, out=z)
+    assert np.array_equal(z, y)
+    np.testing.assert_allclose(ops.rms_norm(x, None, 1e-5), x64 / np.sqrt((x64 ** 2).mean(1, keepdims=True) + 1e-5),
+                               rtol=1e-5)
+
+
+def test_gated_activations():
+    rng = np.random.default_rng(1)
+    g = (rng.standard_normal(1001) * 4).astype(np.float32)
+    u = rng.standard_normal(1001).astype(np.float32)
+    g64, u64 = g.astype(np.float64), u.astype(np.float64)
+    np.testing.assert_allclose(ops.silu_mul(g, u), g64 / (1 + np.exp(-g64)) * u64, rtol=1e-5, atol=1e-6)
+    gelu = 0.5 * g64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64 ** 3)))
+    np.testing.assert_allclose(ops.gelu_mul(g, u), gelu * u64, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(ops.silu_mul(g[7:9], u[7:9]), ops.silu_mul(g, u)[7:9])
+    with pytest.raises(ValueError, match="g shape"):
+        ops.silu_mul(g, u[:3])
+
+
+def _ref_lists(mask, pos):
+    ns, per, n_kv = mask.shape
+    off, cells = [0], []
+    for k in range(ns):
+        for r in range(per):
+            vis = [j for j in range(n_kv) if mask[k, r, j] == 0]
+            cells += sorted(vis, key=lambda j: (pos[k, j], j))
+            off.append(len(cells))
+    return np.array(off, np.int32), np.array(cells, np.int32)
+
+
+def test_visible_cells_sorted_by_position():
+    rng = np.random.default_rng(2)
+    mask = np.where(rng.random((3, 5, 40)) < 0.4, 0, -np.inf).astype(np.float32)
+    pos = rng.integers(0, 30, size=(3, 40)).astype(np.int32)  # repeated positions: ties by cell index
+    off, cells = ops.visible_cells(mask, pos)
+    roff, rcells = _ref_lists(mask, pos)
+    assert np.array_equal(off, roff) and np.array_equal(cells, rcells)
+    bad = mask.copy()
+    bad[1, 2, 3] = -1.0
+    with pytest.raises(ValueError, match="mask values must be 0"):
+        ops.visible_cells(bad, pos)
+    with pytest.raises(ValueError, match="pos shape"):
+        ops.visible_cells(mask, pos[:, :5].copy())
+
+
+def _attn_ref(q, k, v, rs, off, cells, scale, softcap):
+    n_q, n_head, _ = q.shape
+    gqa = n_head // k.shape[2]
+    out = np.zeros((n_q, n_head, v.shape[3]))
+    for i in range(n_q):
+        c = cells[off[i]:off[i + 1]]
+        if not len(c):
+            continue
+        for h in range(n_head):
+            qh = q[i, h].astype(np.float64)
+            kk = k[rs[i], c, h // gqa].astype(np.float64)
+            if k.dtype == np.float16:
+                qh = qh.astype(np.float16).astype(np.float64)
+            s = kk @ qh
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            s = s * scale
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            out[i, h] = p @ v[rs[i], c, h // gqa].astype(np.float64)
+    return out
+
+
+def _setup(rng, dtype, n_stream=2, kv_size=24, n_head=6, n_head_kv=2, hd=16, n_q=7):
+    q = rng.standard_normal((n_q, n_head, hd)).astype(np.float32)
+    k = rng.standard_normal((n_stream, kv_size, n_head_kv, hd)).astype(dtype)
+    v = rng.standard_normal((n_stream, kv_size, n_head_kv, hd)).astype(dtype)
+    rs = rng.integers(0, n_stream, n_q).astype(np.int32)
+    lens = rng.integers(0, kv_size, n_q)
+    lens[1] = 0  # a row that sees nothing
+    off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    cells = np.concatenate([rng.permutation(kv_size)[:n] for n in lens]).astype(np.int32)
+    return q, k, v, rs, off, cells
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("softcap", [0.0, 5.0])
+def test_attention_visible_reference(dtype, softcap, backend):
+    rng = np.random.default_rng(3)
+    q, k, v, rs, off, cells = _setup(rng, dtype)
+    out = ops.attention_visible(q, k, v, rs, off, cells, scale=0.3, softcap=softcap, n_threads=2)
+    ref = _attn_ref(q, k, v, rs, off, cells, 0.3, softcap)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-3 if dtype == np.float16 else 2e-5)
+    assert not out[1].any()
+
+
+def test_attention_visible_invariance(backend):
+    rng = np.random.default_rng(4)
+    q, k, v, rs, off, cells = _setup(rng, np.float32, n_q=9, hd=64)
+    full = ops.attention_visible(q, k, v, rs, off, cells, n_threads=2)
+    assert np.array_equal(full, ops.attention_visible(q, k, v, rs, off, cells, n_threads=1))
+    for i in (0, 4, 8):  # a row alone
+        c = cells[off[i]:off[i + 1]]
+        one = ops.attention_visible(q[i:i + 1].copy(), k, v, rs[i:i + 1].copy(), np.array([0, len(c)], np.int32),
+                                    c.copy(), n_threads=1)
+        assert np.array_equal(one[0], full[i])
+    # the same cells moved elsewhere in the cache (another layout, same list order): bitwise equal
+    perm = rng.permutation(k.shape[1]).astype(np.int32)
+    k2, v2 = np.empty_like(k), np.empty_like(v)
+    k2[:, perm], v2[:, perm] = k, v
+    assert np.array_equal(ops.attention_visible(q, k2, v2, rs, off, perm[cells], n_threads=2), full)
+
+
+def test_visible_from_placement_matches_cell_order_attention():
+    """A causal placement: the invariant attention agrees with the cell-order kernel to rounding."""
+    rng = np.random.default_rng(5)
+    ns, per, n_kv, n_stream, kv_size, n_head, n_head_kv, hd = 2, 3, 8, 2, 8, 4, 2, 8
+    cell_pos = np.tile(rng.permutation(kv_size).astype(np.int32), (n_stream, 1))  # cells not in position order
+    qpos = np.array([[5, 6, 7], [2, 3, 4]])
+    mask = np.where(cell_pos[[0, 1]][:, None, :] <= qpos[:, :, None], 0, -np.inf).astype(np.float32)
+    place = Placement(streams=np.array([1, 0], np.int32), cells=np.zeros((ns, per), np.int32), n_kv=n_kv, mask=mask)
+    row_stream, off, cells = ops.visible_cells_for(place, cell_pos)
+    assert row_stream.tolist() == [1, 1, 1, 0, 0, 0]
+    for i in range(ns * per):
+        assert np.all(np.diff(cell_pos[row_stream[i], cells[off[i]:off[i + 1]]]) > 0)
+    q = rng.standard_normal((ns, per, n_head, hd)).astype(np.float32)
+    k = rng.standard_normal((n_stream, kv_size, n_head_kv, hd)).astype(np.float32)
+    v = rng.standard_normal((n_stream, kv_size, n_head_kv, hd)).astype(np.float32)
+    old = kernels.attention(q, k, v, place.streams, mask, n_threads=1)
+    new = ops.attention_visible(q.reshape(ns * per, n_head, hd), k, v, row_stream, off, cells)
+    np.testing.assert_allclose(new.reshape(old.shape), old, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_visible_bad_input():
+    rng = np.random.default_rng(6)
+    q, k, v, rs, off, cells = _setup(rng, np.float32)
+    with pytest.raises(ValueError, match="q must have dtype float32"):
+        ops.attention_visible(q.astype(np.float64), k, v, rs, off, cells)
+    with pytest.raises(ValueError, match="n_head=6 is not a multiple of n_head_kv=4"):
+        ops.attention_visible(q, np.zeros((2, 24, 4, 16), np.float32), np.zeros((2, 24, 4, 16), np.float32),
+                              rs, off, cells)
+    bad = cells.copy()
+    bad[0] = 24
+    with pytest.raises(ValueError, match="cells values out of range"):
+        ops.attention_visible(q, k, v, rs, off, bad)
+    with pytest.raises(ValueError, match="row_stream values out of range"):
+        ops.attention_visible(q, k, v, rs + 5, off, cells)
+    with pytest.raises(ValueError, match="off must be"):
+        ops.attention_visible(q, k, v, rs, off[::-1].copy(), cells)
+    with pytest.raises(ValueError, match="k must be a float32 or float16"):
+        ops.attention_visible(q, k.astype(np.float64), v, rs, off, cells)
+    with pytest.raises(ValueError, match="x must have dtype float32"):
+        ops.rms_norm(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="weight has 2 elements"):
+        ops.rms_norm(np.zeros((2, 3), np.float32), np.zeros(2, np.float32))
