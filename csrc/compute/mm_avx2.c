@@ -48,16 +48,17 @@ INL AVX2 __m256i dot_s8(__m256i w, __m256i x) {
 INL AVX2 __m256i dot_u8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
-/* 32 bytes: byte j = 0x10 when bit j of the little-endian uint32 at p is set, else 0 */
-INL AVX2 __m256i bit4_from_bits(const uint8_t *p) {
+/* 32 bytes: byte j = 0xFF when bit j of the little-endian uint32 at p is set, else 0 */
+INL AVX2 __m256i bytes_of_bits(const uint8_t *p) {
     uint32_t h;
     memcpy(&h, p, 4);
     const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+    return _mm256_cmpeq_epi8(v, bit);
 }
+INL AVX2 __m256i bit4_from_bits(const uint8_t *p) { return _mm256_and_si256(bytes_of_bits(p), _mm256_set1_epi8(0x10)); }
 /* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
 INL AVX2 __m256i nibbles32(const uint8_t *p) {
     const __m128i t = _mm_loadu_si128((const __m128i *)p);
@@ -84,7 +85,8 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
     const uint8_t *b = w + ib * bytes[kind];
     __m256i q;
     if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
-    else if (kind == 1) q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(b + 2)), _mm256_set1_epi8(16));
+    else if (kind == 1) /* (nib | bit << 4) - 16 = nib - (bit ? 0 : 16) */
+        q = _mm256_add_epi8(nibbles32(b + 6), _mm256_andnot_si256(bytes_of_bits(b + 2), _mm256_set1_epi8(-16)));
     else if (kind == 2) q = ld(b + 2);
     else if (kind == 3) q = nibbles32(b + 4);
     else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));

@@ -37,25 +37,22 @@ def _model_weights(name: str) -> Optional[List[dict]]:
     """[{type, n_rows, n_cols, count, data}] of every 2-D weight of the model (lm head included once, as
     output.weight or the tied token_embd), or None when the file is not available."""
     try:
-        import gguf
+        from ubatch.bench.gguf_tensors import read_tensors
         from ubatch.model import fetch
-        path = fetch.path(name)
+        tensors = read_tensors(fetch.path(name))
     except Exception as e:  # pragma: no cover - environment dependent
         print(f"note: {name}: {e}; using random blocks", file=sys.stderr)
         return None
-    r = gguf.GGUFReader(path)
-    names = {t.name for t in r.tensors}
     groups: Dict[tuple, dict] = collections.OrderedDict()
-    for t in r.tensors:
-        if len(t.shape) != 2 or int(t.tensor_type) not in mm.TYPE_NAMES:
+    for t in tensors.values():
+        if len(t.ne) != 2:
             continue
-        if t.name == "token_embd.weight" and "output.weight" in names:
+        if t.name == "token_embd.weight" and "output.weight" in tensors:
             continue  # looked up by get_rows only; the lm head is output.weight
-        n_cols, n_rows = int(t.shape[0]), int(t.shape[1])
-        key = (int(t.tensor_type), n_rows, n_cols)
+        n_cols, n_rows = int(t.ne[0]), int(t.ne[1])
+        key = (t.ggml_type, n_rows, n_cols)
         g = groups.setdefault(key, {"type": key[0], "n_rows": n_rows, "n_cols": n_cols, "count": 0,
-                                    "data": np.ascontiguousarray(t.data).view(np.uint8).reshape(-1),
-                                    "names": set()})
+                                    "data": t.data, "names": set()})
         g["count"] += 1
         g["names"].add(t.name.split(".")[-2] if t.name.startswith("blk.") else t.name.replace(".weight", ""))
     return list(groups.values())
