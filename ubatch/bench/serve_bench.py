@@ -58,7 +58,7 @@ def _model_path(name: str) -> str:
         from ubatch.models import TINY_LLAMA_PATH
         return TINY_LLAMA_PATH
     from ubatch.model import fetch
-    return fetch.path(name)
+    return str(fetch.path(name))
 
 
 class _Proc:
@@ -162,7 +162,8 @@ def _ubatch_server(model: str, parallel: int, n_ctx: int, threads: int) -> _Proc
 def _llama_server(path: str, threads: int) -> _Proc:
     port = _free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
-           "--n_ctx", "2048", "--n_threads", str(threads), "--n_threads_batch", str(threads), "--verbose", "False"]
+           "--n_ctx", "2048", "--n_threads", str(threads), "--n_threads_batch", str(threads), "--verbose", "False",
+           "--interrupt_requests", "False"]   # its default cancels the stream in flight when another request arrives
     return _Proc(cmd, url=f"http://127.0.0.1:{port}")
 
 
