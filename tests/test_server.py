@@ -155,3 +155,25 @@ def test_32_concurrent_clients_get_their_greedy_completions(server):
             (before["ubatch_step_sequences_count"] - before['ubatch_step_sequences_bucket{le="1"}'])
     assert multi > 0 and after["ubatch_step_max_sequences"] >= 4, after
     server.wait_idle()
+
+
+def test_several_prompts_and_n_in_one_request(server):
+    with server.client() as c:
+        body = {"model": MODEL, "prompt": [_prompt(8), _prompt(9)], "max_tokens": 6, "temperature": 0, "n": 2,
+                "return_token_ids": True}
+        r = c.post("/v1/completions", json=body).json()
+        singles = [c.post("/v1/completions", json={**body, "prompt": p, "n": 1}).json()["choices"][0]["token_ids"]
+                   for p in (_prompt(8), _prompt(9))]
+        streamed = c.post("/v1/completions", json={**body, "stream": True}).text
+    assert [ch["index"] for ch in r["choices"]] == [0, 1, 2, 3]
+    # prompt k, choice j -> index k * n + j; greedy: both choices of a prompt are its single completion
+    assert [ch["token_ids"] for ch in r["choices"]] == [singles[0], singles[0], singles[1], singles[1]]
+    assert r["usage"]["prompt_tokens"] == len(_prompt(8)) + len(_prompt(9))
+    assert r["usage"]["completion_tokens"] == 4 * 6
+    per_index = {}
+    for ev in streamed.split("\n\n"):
+        if ev.startswith("data: {"):
+            for ch in json.loads(ev[6:])["choices"]:
+                per_index.setdefault(ch["index"], []).extend(ch.get("token_ids", []))
+    assert per_index == {k: ch["token_ids"] for k, ch in enumerate(r["choices"])}
+    server.wait_idle()
