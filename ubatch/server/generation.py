@@ -28,7 +28,8 @@ class ChoiceState:
 class Generation:
     """One HTTP request's engine requests (one per prompt; each may have n choices)."""
 
-    def __init__(self, worker: EngineWorker, prompts: List[List[int]], params, n: int) -> None:
+    def __init__(self, worker: EngineWorker, prompts: List[List[int]], params, n: int, field: str = "prompt") -> None:
+        self.field = field
         self.worker = worker
         self.prompts = prompts
         self.params = params
@@ -45,7 +46,9 @@ class Generation:
         """Submit and wait for every acceptance; APIError (429, 400, ...) with nothing left in the engine."""
         try:
             for i, p in enumerate(self.prompts):
-                self.handles.append(self.worker.submit(p, self.params, self.events, tag=i))
+                self.handles.append(self.worker.submit(p, self.params, self.events, tag=i,
+                                                      field=self.field if len(self.prompts) == 1 else
+                                                      f"{self.field}.{i}"))
             self._open = len(self.handles)
             accepted = 0
             while accepted < len(self.handles):

@@ -97,7 +97,7 @@ async def chat_completions(request: Request) -> Response:
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = sampling_params(req, st.cfg, st.SamplingParams, max_tokens=max_tokens,
                              default_max_tokens=st.cfg.max_tokens_limit, logprobs=n_top)
-    gen = Generation(st.worker, [prompt], params, req.n)
+    gen = Generation(st.worker, [prompt], params, req.n, field="messages")
     await gen.start()
     rid = R.new_id("chatcmpl")
     if req.stream:

@@ -55,6 +55,7 @@ class Handle:
         self.tag = tag             # the consumer's index of this request (prompt number)
         self.events: asyncio.Queue = events if events is not None else asyncio.Queue()
         self.done = False          # set by the consumer once it saw the final event
+        self.field = "prompt"      # the request field a refusal of the prompt names ("messages" for chat)
 
 
 @dataclass
@@ -100,8 +101,9 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name="ubatch-engine", daemon=True)
         self._thread.start()
 
-    def _admit(self, kind: str, prompt, params, events, tag) -> Handle:
+    def _admit(self, kind: str, prompt, params, events, tag, field: str = "prompt") -> Handle:
         h = Handle(f"{kind}-{next(self._ids)}-{time.monotonic_ns() % 10**9}", kind, events, tag)
+        h.field = field
         with self._lock:
             if self._stop or self.draining:
                 raise APIError(503, "the server is shutting down and accepts no new requests",
@@ -115,8 +117,9 @@ class EngineWorker:
             self._lock.notify()
         return h
 
-    def submit(self, prompt: List[int], params, events: Optional[asyncio.Queue] = None, tag: int = 0) -> Handle:
-        return self._admit("cmpl", prompt, params, events, tag)
+    def submit(self, prompt: List[int], params, events: Optional[asyncio.Queue] = None, tag: int = 0,
+               field: str = "prompt") -> Handle:
+        return self._admit("cmpl", prompt, params, events, tag, field)
 
     def submit_embeddings(self, inputs: List[List[int]], events: Optional[asyncio.Queue] = None) -> Handle:
         return self._admit("embd", inputs, None, events, 0)
@@ -206,7 +209,8 @@ class EngineWorker:
         try:
             self.engine.add_request(job.prompt, job.params, request_id=h.rid)
         except self._too_long as e:
-            posts.append((h, ("error", APIError(400, str(e), param="prompt", code="context_length_exceeded"))))
+            posts.append((h, ("error", APIError(400, f"{h.field}: {e}", param=h.field,
+                                                code="context_length_exceeded"))))
             self._release()
             return
         except (ValueError, TypeError) as e:
