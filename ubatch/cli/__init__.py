@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from ubatch.cli import bench, plan, run
+from ubatch.cli import bench, plan, run, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_parser(sub)
     run.add_parser(sub)
     bench.add_parser(sub)
+    serve.add_parser(sub)
     return ap
 
 

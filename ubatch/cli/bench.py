@@ -2,8 +2,10 @@
 
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
-    ubatch bench kv|attention|decode|matmul|models [ARGS...]   KV cache / attention / decode / matmul / real models
-    ubatch bench tokenizer [ARGS...]              the tokenizer vs llama-cpp-python
+    ubatch bench kv|attention|decode|matmul|models|tokenizer [ARGS...]   KV cache / attention / decode /
+                                                  matmul / real models / tokenizer vs llama.cpp
+    ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
+    ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
 """
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ KERNEL_BENCHES = {
     "models": ("ubatch.bench.models_bench", "bench_models.py", "real models (Gemma 3, Qwen2.5) beside llama.cpp"),
     "tokenizer": ("ubatch.bench.tokenizer_bench", "bench_tokenizer.py",
                   "tokenizer: tokens/s on a 100 kB mixed text vs llama-cpp-python, vocab load time"),
+    "generate": ("ubatch.bench.generate_bench", "bench_generate.py",
+                 "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
+    "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
+              "ubatch serve under C concurrent clients beside llama-cpp-python's server"),
 }
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ubatch.engine.serve import RunStats
+from ubatch.engine.batcher import RunStats
 
 PLOT_HINT = "matplotlib is not installed: cannot draw --png (install it with: pip install 'ubatch[plot]')"
 
@@ -67,7 +67,8 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
                 ax2.axvspan(a - 0.5, b - 0.5, color="0.93", zorder=0, linewidth=0)
 
     marks = {"retry": ("v", "tab:red", "retry (n_batch halved)"), "evicted": ("x", "black", "request evicted"),
-             "rejected": ("s", "tab:gray", "request rejected"), "error": ("x", "tab:red", "decode error")}
+             "rejected": ("s", "tab:gray", "request rejected"), "error": ("x", "tab:red", "decode error"),
+             "preempted": ("x", "black", "sequence preempted (recomputed later)")}
     seen = set()
     ytop = ax.get_ylim()[1] * 0.97
     for k, kind, _ in stats.events:
@@ -108,7 +109,8 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     ax2.set_xlim(-0.5, max(n, 1) - 0.5)
 
     d = stats.to_dict()
-    title = (f"{d['requests']} requests: {d['finished']} finished, {d['evicted']} evicted | "
+    lost = (f"{d['preemptions']} preempted" if "preemptions" in d else f"{d['evicted']} evicted")
+    title = (f"{d['requests']} requests: {d['finished']} finished, {lost} | "
              f"{d['ubatches']} ubatches in {d['decode_calls']} decode calls, mean fill {d['mean_fill']:.2f}, "
              f"{len(d['shapes'])} shapes, {d['retries']} retries")
     if config:

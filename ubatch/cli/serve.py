@@ -1,0 +1,64 @@
+"""`ubatch serve --model NAME_OR_PATH`: the OpenAI-compatible HTTP server (needs the [server] extra)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ubatch.server.config import ServerConfig
+
+
+def add_parser(sub) -> None:
+    d = ServerConfig()
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with continuous batching",
+                       description="POST /v1/completions, /v1/chat/completions, /v1/embeddings; GET /v1/models, "
+                                   "/health, /metrics. Binds 127.0.0.1 unless --host says otherwise.")
+    p.add_argument("--model", required=True, help="tiny-llama, gemma3-270m, qwen2.5-0.5b or a GGUF path")
+    p.add_argument("--model-id", default=None, help="the model id clients send (default: --model)")
+    p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host})")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument("--parallel", type=int, default=d.parallel, help="sequences decoded together")
+    p.add_argument("--n-ctx", type=int, default=d.n_ctx, help="total context, shared by the parallel sequences")
+    p.add_argument("--n-batch", type=int, default=d.n_batch)
+    p.add_argument("--n-ubatch", type=int, default=d.n_ubatch)
+    p.add_argument("--threads", type=int, default=None, help="compute threads (default: all cores)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: $UBATCH_API_KEY when set)")
+    p.add_argument("--max-queue", type=int, default=d.max_queue,
+                   help="requests that may wait beyond the running ones before 429")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument("--max-tokens-limit", type=int, default=d.max_tokens_limit)
+    p.add_argument("--grace", type=float, default=d.grace_seconds,
+                   help="seconds in-flight requests may finish after SIGTERM")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="Jinja chat template to use instead of the model's (gemma GGUFs without one get Gemma's)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def config_from(args) -> ServerConfig:
+    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"ubatch serve: --{name.replace('_', '-')} must be at least 1")
+    return ServerConfig(model=args.model, model_id=args.model_id, host=args.host, port=args.port,
+                        parallel=args.parallel, n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch,
+                        n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
+                        max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                        max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
+                        chat_template_file=args.chat_template)
+
+
+def run(args) -> int:
+    try:
+        from ubatch.server.http_server import run as run_http
+        from ubatch.server.state import build_state
+    except ImportError as e:
+        print(f"ubatch serve needs the [server] extra (pip install 'ubatch[server]'): {e}", file=sys.stderr)
+        return 2
+    cfg = config_from(args)
+    try:
+        state = build_state(cfg)
+    except (ValueError, OSError) as e:
+        print(f"ubatch serve: {e}", file=sys.stderr)
+        return 2
+    return run_http(state, log_level=args.log_level)

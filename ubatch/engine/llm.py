@@ -1,0 +1,182 @@
+"""ubatch.LLM (api.md § LLM): many prompts in, completions out, through LLMEngine's continuous batching."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ubatch.engine.llm_engine import LLMEngine, RequestOutput
+from ubatch.engine.sampling import SamplingParams
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass
+class Completion:
+    """One completion: text (no stop string), tokens (no end-of-generation token), finish_reason "stop" (EOG or
+    a stop string) or "length" (max_tokens or the context), prompt_tokens, index (the completion's number among
+    the n of its prompt)."""
+
+    text: str
+    tokens: List[int]
+    finish_reason: str
+    prompt_tokens: int
+    index: int
+
+
+def load_model(model):
+    """A ubatch Model from a Model, a registry name ("tiny-llama", "gemma3-270m", ...) or a GGUF path."""
+    if not isinstance(model, (str, os.PathLike)):
+        return model
+    from ubatch import models
+    load = getattr(models, "load", None)
+    if load is not None:
+        return load(os.fspath(model))
+    name = os.fspath(model)
+    if name == "tiny-llama":
+        return models.tiny_llama()
+    if not os.path.isfile(name):
+        raise ValueError(f"model {name!r}: not a known model name and no such file")
+    from ubatch.model.gguf_model import Model
+    return Model.from_gguf(name)
+
+
+def _is_one_token_prompt(p) -> bool:
+    return isinstance(p, (list, tuple, np.ndarray)) and len(p) > 0 and all(
+        isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in p)
+
+
+class LLM:
+    """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
+    max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams)."""
+
+    def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
+                 kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
+                 tokenizer=None) -> None:
+        self.engine = LLMEngine(load_model(model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
+                                n_seq_max=n_seq_max, kv_unified=kv_unified, type_k=type_k, type_v=type_v,
+                                n_threads=n_threads, tokenizer=tokenizer)
+
+    @property
+    def model(self):
+        return self.engine.model
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def ctx(self):
+        return self.engine.ctx
+
+    @staticmethod
+    def _params(max_tokens=128, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=None,
+                stop=None, n=1, **extra) -> SamplingParams:
+        return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                              repeat_penalty=repeat_penalty, seed=seed, stop=stop, n=n, **extra)
+
+    def _add_all(self, prompts: List[Prompt], params: SamplingParams) -> List[str]:
+        """Queues every prompt (all validated before the first decode; none stays queued if one is bad)."""
+        eng = self.engine
+        rids: List[str] = []
+        try:
+            for i, p in enumerate(prompts):
+                try:
+                    rids.append(eng.add_request(p, params))
+                except ValueError as e:
+                    raise type(e)(f"prompt {i}: {e}") from None
+        except BaseException:
+            for r in rids:
+                eng.abort_request(r)
+            raise
+        return rids
+
+    def generate(self, prompts: Union[str, Sequence[Prompt]], *, progress: bool = False, **sampling
+                 ) -> List[Completion]:
+        """Completions of every prompt (n per prompt, in prompt order), all prompts decoded together."""
+        if isinstance(prompts, (str, bytes)) or _is_one_token_prompt(prompts):
+            prompts = [prompts]
+        prompts = list(prompts)
+        params = self._params(**sampling)
+        rids = self._add_all(prompts, params)
+        final = {}
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=len(rids), unit="prompt", desc="generate", dynamic_ncols=True, leave=False)
+        try:
+            pending = set(rids)
+            while pending:
+                for out in self.engine.step():
+                    if out.finished and out.request_id in pending:
+                        final[out.request_id] = out
+                        pending.discard(out.request_id)
+                        if bar is not None:
+                            bar.update(1)
+                if pending and not self.engine.has_unfinished_requests():
+                    raise RuntimeError(f"the engine stopped with {len(pending)} requests unfinished")
+        except BaseException:
+            for r in rids:
+                if r not in final:
+                    self.engine.abort_request(r)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return [c for r in rids for c in _completions(final[r])]
+
+    def stream(self, prompt: Prompt, **sampling) -> Iterator[str]:
+        """The text of one completion as it is generated (never a broken UTF-8 sequence); closing the iterator
+        early aborts the request."""
+        params = self._params(**sampling)
+        if params.n != 1:
+            raise ValueError(f"stream gives one completion: n must be 1, got {params.n}")
+        rid = self.engine.add_request(prompt, params)
+        return self._stream(rid)
+
+    def _stream(self, rid: str) -> Iterator[str]:
+        done = False
+        try:
+            while not done:
+                for out in self.engine.step():
+                    if out.request_id != rid:
+                        continue
+                    if out.outputs[0].text_delta:
+                        yield out.outputs[0].text_delta
+                    done = out.finished
+        finally:
+            if not done:
+                self.engine.abort_request(rid)
+
+    def chat(self, messages: List[dict], **sampling) -> Completion:
+        """One completion of the conversation rendered with the model's chat template."""
+        tok = self.tokenizer
+        if tok is None:
+            raise ValueError("chat needs a tokenizer (this model has none)")
+        if sampling.get("n", 1) != 1:
+            raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
+        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        return self.generate([text], **sampling)[0]
+
+    def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
+        """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""
+        return self.engine.embed(texts, pooling=pooling, normalize=normalize)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _completions(out: RequestOutput) -> List[Completion]:
+    return [Completion(text=o.text, tokens=list(o.token_ids), finish_reason=o.finish_reason or "length",
+                       prompt_tokens=out.prompt_tokens, index=o.index) for o in out.outputs]
+
+
+__all__ = ["Completion", "LLM", "load_model"]

@@ -1,0 +1,202 @@
+"""The endpoints: /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /health, /metrics."""
+from __future__ import annotations
+
+from typing import AsyncIterator, List
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from ubatch.server import responses as R
+from ubatch.server import sse
+from ubatch.server.errors import APIError
+from ubatch.server.generation import Generation
+from ubatch.server.prompts import chat_tokens, token_lists
+from ubatch.server.sampling import sampling_params
+from ubatch.server.schemas import ChatRequest, CompletionRequest, EmbeddingRequest
+from ubatch.server.state import ServerState
+from ubatch.server.validation import parse, read_body
+
+CLIENT_CLOSED = 499   # nginx's status for "the client closed the connection before the answer"
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.ub
+
+
+async def _body(request: Request, model):
+    st = _state(request)
+    req = parse(await read_body(request, st.cfg.max_body_bytes), model)
+    st.check_model(req.model)
+    return st, req
+
+
+def _include_usage(req) -> bool:
+    return bool(req.stream_options and req.stream_options.include_usage)
+
+
+# ---- /v1/completions -----------------------------------------------------------------------------------
+async def completions(request: Request) -> Response:
+    st, req = await _body(request, CompletionRequest)
+    prompts = token_lists(req.prompt, "prompt", st.tokenizer, st.n_vocab, st.cfg.max_prompts)
+    params = sampling_params(req, st.cfg, st.SamplingParams, max_tokens=req.max_tokens, default_max_tokens=16,
+                             logprobs=req.logprobs)
+    gen = Generation(st.worker, prompts, params, req.n)
+    await gen.start()
+    rid = R.new_id("cmpl")
+    ids = req.return_token_ids
+    if req.stream:
+        return sse.EngineStream(_stream_completion(st, req, gen, rid), gen)
+    gen.watch_disconnect(request)
+    try:
+        await gen.collect()
+    except ConnectionError:
+        return Response(status_code=CLIENT_CLOSED)
+    choices = []
+    for k in sorted(gen.choices):
+        c = gen.choices[k]
+        lp = R.completion_logprobs(c.logprobs, st.piece) if req.logprobs is not None else None
+        choices.append(R.completion_choice(k, "".join(c.text), c.finish_reason, lp, c.token_ids if ids else None))
+    return JSONResponse(R.completion(rid, st.model_id, choices, gen.usage()))
+
+
+async def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation, rid: str) -> AsyncIterator[bytes]:
+    created = R.now()
+    offsets = {}
+    try:
+        async for step in gen.deltas():
+            out = []
+            for c, text, ids, lps in step:
+                if not text and not ids and c.finish_reason is None:
+                    continue
+                lp = None
+                if req.logprobs is not None:
+                    lp = R.completion_logprobs(lps, st.piece, offsets.get(c.index, 0))
+                    offsets[c.index] = offsets.get(c.index, 0) + sum(len(t) for t in lp["tokens"])
+                out.append(R.completion_choice(c.index, text, c.finish_reason, lp,
+                                               list(ids) if req.return_token_ids else None))
+            if out:
+                yield sse.event(R.completion_chunk(rid, st.model_id, created, out))
+    except APIError as e:
+        yield sse.event(e.body())
+    except ConnectionError:
+        return
+    if _include_usage(req):
+        yield sse.event(R.completion_chunk(rid, st.model_id, created, [], gen.usage()))
+    yield sse.DONE
+
+
+# ---- /v1/chat/completions ------------------------------------------------------------------------------
+async def chat_completions(request: Request) -> Response:
+    st, req = await _body(request, ChatRequest)
+    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_template)
+    n_top = None
+    if req.logprobs:
+        n_top = req.top_logprobs or 0
+    elif req.top_logprobs is not None:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    params = sampling_params(req, st.cfg, st.SamplingParams, max_tokens=max_tokens,
+                             default_max_tokens=st.cfg.max_tokens_limit, logprobs=n_top)
+    gen = Generation(st.worker, [prompt], params, req.n, field="messages")
+    await gen.start()
+    rid = R.new_id("chatcmpl")
+    if req.stream:
+        return sse.EngineStream(_stream_chat(st, req, gen, rid, n_top), gen)
+    gen.watch_disconnect(request)
+    try:
+        await gen.collect()
+    except ConnectionError:
+        return Response(status_code=CLIENT_CLOSED)
+    choices = []
+    for k in sorted(gen.choices):
+        c = gen.choices[k]
+        lp = R.chat_logprobs(c.logprobs, st.piece, n_top) if n_top is not None else None
+        choices.append(R.chat_choice(k, "".join(c.text), c.finish_reason, lp,
+                                     c.token_ids if req.return_token_ids else None))
+    return JSONResponse(R.chat_completion(rid, st.model_id, choices, gen.usage()))
+
+
+async def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: str, n_top) -> AsyncIterator[bytes]:
+    created = R.now()
+    yield sse.event(R.chat_chunk(rid, st.model_id, created,
+                                 [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                   "finish_reason": None} for i in range(req.n)]))
+    try:
+        async for step in gen.deltas():
+            out = []
+            for c, text, ids, lps in step:
+                if not text and not ids and c.finish_reason is None:
+                    continue
+                d = {"index": c.index, "delta": {"content": text} if text else {},
+                     "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None and lps else None,
+                     "finish_reason": c.finish_reason}
+                if req.return_token_ids:
+                    d["token_ids"] = list(ids)
+                out.append(d)
+            if out:
+                yield sse.event(R.chat_chunk(rid, st.model_id, created, out))
+    except APIError as e:
+        yield sse.event(e.body())
+    except ConnectionError:
+        return
+    if _include_usage(req):
+        yield sse.event(R.chat_chunk(rid, st.model_id, created, [], gen.usage()))
+    yield sse.DONE
+
+
+# ---- /v1/embeddings ------------------------------------------------------------------------------------
+async def embeddings(request: Request) -> Response:
+    st, req = await _body(request, EmbeddingRequest)
+    inputs = token_lists(req.input, "input", st.tokenizer, st.n_vocab, st.cfg.max_embedding_inputs)
+    if req.dimensions is not None and req.dimensions != st.n_embd:
+        raise APIError(400, f"dimensions = {req.dimensions}: this model's embeddings have {st.n_embd}",
+                       param="dimensions")
+    for i, ids in enumerate(inputs):
+        if len(ids) > st.n_ctx_seq:
+            where = "input" if len(inputs) == 1 else f"input.{i}"
+            raise APIError(400, f"{where}: {len(ids)} tokens exceed the context of {st.n_ctx_seq} tokens",
+                           param=where, code="context_length_exceeded")
+    h = st.worker.submit_embeddings(inputs)
+    try:
+        _, (kind, payload) = await h.events.get()
+    finally:
+        h.done = True
+    if kind == "error":
+        raise payload
+    return JSONResponse(R.embeddings(st.model_id, payload, sum(len(x) for x in inputs), req.encoding_format))
+
+
+# ---- /v1/models, /health, /metrics ---------------------------------------------------------------------
+async def models(request: Request) -> Response:
+    st = _state(request)
+    m = st.model
+    meta = {"arch": getattr(m, "arch", None), "n_vocab": st.n_vocab, "n_embd": st.n_embd,
+            "n_ctx_train": getattr(m, "n_ctx_train", None), "n_ctx": st.cfg.n_ctx, "parallel": st.cfg.parallel}
+    return JSONResponse(R.models_list(st.model_id, st.created, meta))
+
+
+async def health(request: Request) -> Response:
+    st = _state(request)
+    p = st.worker.published
+    body = {"status": "draining" if st.worker.draining else "ok", "model": st.model_id,
+            "running": p.get("running", 0), "waiting": p.get("waiting", 0) + p.get("inbox", 0),
+            "kv_cells_used": p.get("kv_cells_used", 0), "inflight": p.get("inflight", 0)}
+    return JSONResponse(body, status_code=503 if st.worker.draining else 200)
+
+
+async def metrics(request: Request) -> Response:
+    st = _state(request)
+    p = st.worker.published
+    gauges = {
+        "ubatch_queue_depth": ("requests accepted but not yet decoding", p.get("waiting", 0) + p.get("inbox", 0)),
+        "ubatch_active_sequences": ("sequences in the engine (prompt or generating)", p.get("running", 0)),
+        "ubatch_kv_cells_used": ("KV-cache cells holding a token", p.get("kv_cells_used", 0)),
+        "ubatch_requests_in_flight": ("requests submitted and not finished", p.get("inflight", 0)),
+        "ubatch_engine_requests": ("requests the engine thread tracks", p.get("live", 0)),
+    }
+    return PlainTextResponse(st.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+ROUTES = [("/v1/completions", completions, ["POST"]), ("/v1/chat/completions", chat_completions, ["POST"]),
+          ("/v1/embeddings", embeddings, ["POST"]), ("/v1/models", models, ["GET"]),
+          ("/health", health, ["GET"]), ("/metrics", metrics, ["GET"])]

@@ -1,0 +1,93 @@
+"""What the app serves: the model, its LLMEngine, the engine thread and the metrics, built
+from a ServerConfig (`build_state`) or from an engine built elsewhere (tests, embedding)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+from ubatch.server.config import ServerConfig
+from ubatch.server.errors import APIError
+from ubatch.server.metrics import Metrics
+from ubatch.server.worker import EngineWorker
+
+
+def load_model(name_or_path: str):
+    """`ubatch.models.load` when it is there; otherwise the embedded tiny model or a GGUF path."""
+    import ubatch.models as models
+    if hasattr(models, "load"):
+        return models.load(name_or_path)
+    if name_or_path in ("tiny-llama", "tiny_llama"):
+        return models.tiny_llama()
+    if os.path.exists(name_or_path):
+        from ubatch.model.gguf_model import Model
+        return Model.from_gguf(name_or_path)
+    raise ValueError(f"unknown model {name_or_path!r}: give 'tiny-llama' or the path of a GGUF file")
+
+
+def _tokenizer(engine, model) -> Optional[Any]:
+    tok = getattr(engine, "tokenizer", None)
+    if tok is not None:
+        return tok
+    try:
+        return model.tokenizer
+    except Exception:   # the embedded tiny model has no vocabulary
+        return None
+
+
+class ServerState:
+    def __init__(self, cfg: ServerConfig, engine, model=None) -> None:
+        from ubatch.engine import llm_engine
+        self.cfg = cfg
+        self.engine = engine
+        self.model = model if model is not None else engine.model
+        self.tokenizer = _tokenizer(engine, self.model)
+        self.n_vocab = int(self.model.n_vocab)
+        self.n_embd = int(self.model.n_embd)
+        self.SamplingParams = llm_engine.SamplingParams
+        too_long = getattr(llm_engine, "PromptTooLongError", None)
+        if too_long is None:
+            import ubatch.engine as _eng
+            too_long = getattr(_eng, "PromptTooLongError", None)
+        self.metrics = Metrics()
+        self.n_ctx_seq = int(engine.ctx.n_ctx_seq)
+        self.worker = EngineWorker(engine, self.metrics, capacity=cfg.parallel + cfg.max_queue,
+                                   retry_after=cfg.retry_after_seconds, embedder=self.embed,
+                                   prompt_too_long=(too_long,) if too_long else ())
+        self.created = int(time.time())
+        self.model_id = cfg.served_id
+        self.chat_template = self._chat_template(cfg)
+
+    def _chat_template(self, cfg: ServerConfig) -> Optional[str]:
+        """--chat-template FILE, else none when the vocabulary has its own, else the architecture's fallback."""
+        if cfg.chat_template_file:
+            with open(cfg.chat_template_file, encoding="utf-8") as f:
+                return f.read()
+        if self.tokenizer is None or getattr(self.tokenizer, "chat_template", None) is not None:
+            return None
+        if not hasattr(self.tokenizer, "from_gguf"):      # the tiny model's byte tokenizer: its own transcript
+            return None
+        from ubatch.server.chat_templates import fallback
+        return fallback(getattr(self.model, "arch", None))
+
+    def embed(self, inputs):
+        """Engine thread only: mean-pooled, L2-normalised embeddings (the engine's own embedding context)."""
+        return self.engine.embed(inputs, pooling="mean", normalize=True)
+
+    def check_model(self, name: str) -> None:
+        if name != self.model_id:
+            raise APIError(400, f"model: unknown model {name!r}; this server serves {self.model_id!r}",
+                           param="model", code="model_not_found")
+
+    def piece(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"<{token_id}>"
+        return self.tokenizer.token_to_piece(int(token_id), special=True).decode("utf-8", "replace")
+
+
+def build_state(cfg: ServerConfig) -> ServerState:
+    from ubatch.engine.llm_engine import LLMEngine
+    model = load_model(cfg.model)
+    engine = LLMEngine(model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.parallel,
+                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads)
+    return ServerState(cfg, engine, model)
