@@ -132,7 +132,7 @@ void kv_touch_stream(ub_kv *kv, int32_t st) {
 }
 
 int ub_kv_begin(ub_kv *kv) {
-    if (kv->txn) return kv_fail(kv, UB_E_ARG, "a KV transaction is already open");
+    if (kv->txn) return kv_fail(kv, UB_E_ORDER, "a KV transaction is already open");
     kv->txn = 1;
     kv->epoch++;
     if (kv->epoch == 0) {   /* wrapped: clear every tag once */
@@ -147,7 +147,7 @@ int ub_kv_begin(ub_kv *kv) {
 }
 
 int ub_kv_commit(ub_kv *kv) {
-    if (!kv->txn) return kv_fail(kv, UB_E_ARG, "no KV transaction is open");
+    if (!kv->txn) return kv_fail(kv, UB_E_ORDER, "no KV transaction is open");
     kv->txn = 0;
     return UB_OK;
 }
@@ -169,9 +169,9 @@ static void cell_pairs(ub_kv *kv, const uint64_t *set, int32_t pos, int add) {
  * are replayed in two passes (first every journaled cell's current pairs leave, then its saved pairs
  * come back), so the maps never hold more pairs than before or after: no allocation, cannot fail. */
 int ub_kv_rollback(ub_kv *kv) {
-    if (!kv->txn) return kv_fail(kv, UB_E_ARG, "no KV transaction is open");
+    if (!kv->txn) return kv_fail(kv, UB_E_ORDER, "no KV transaction is open");
     kv->txn = 0;
-    for (int64_t k = 0; k < kv->n_jc; k++) {
+    for (int64_t k = kv->n_jc - 1; k >= 0; k--) {     /* newest first: appended positions leave from the top */
         int64_t g = kv->jc[k].g;
         if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 0);
     }
@@ -193,6 +193,7 @@ int ub_kv_rollback(ub_kv *kv) {
         kv->has_shift[j->st] = j->has_shift;
     }
     kv->n_copies = kv->j_n_copies;
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -206,6 +207,10 @@ static void stat_add(ub_kv *kv, int32_t s, int32_t p) {
 static void stat_remove(ub_kv *kv, int32_t s, int32_t p) {
     kv_pm_remove(&kv->pool, &kv->stat[s], p);
     kv->n_pairs--;
+}
+
+void kv_densify_all(ub_kv *kv) {
+    for (int32_t s = 0; s < kv->n_seq && s < UB_MAX_SEQ; s++) kv_pm_densify(&kv->pool, &kv->stat[s]);
 }
 
 int kv_pairs_reserve(ub_kv *kv, int64_t n_more) {
@@ -227,6 +232,7 @@ int kv_recompute_stats(ub_kv *kv) {
     if (kv_pairs_reserve(kv, pairs)) return UB_E_NOMEM;
     for (int64_t g = 0; g < kv->n_cells; g++)
         if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 1);
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -239,6 +245,12 @@ int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out) {
 int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out) {
     if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
     *out = kv_stat(kv, s)->max;
+    return UB_OK;
+}
+
+int ub_kv_seq_counts(ub_kv *kv, int32_t n, int32_t *counts) {
+    if (n < 0) return kv_fail(kv, UB_E_ARG, "negative sequence count %d", n);
+    for (int32_t s = 0; s < n; s++) counts[s] = s < kv->n_seq && s < UB_MAX_SEQ ? kv->stat[s].n : 0;
     return UB_OK;
 }
 
