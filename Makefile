@@ -9,8 +9,8 @@ install:
 build:
 	flock /tmp/ubatch-build.lock $(PY) setup.py -q build_ext --inplace
 
-test:
-	pytest -q tests
+test: build
+	$(PY) -m pytest -q tests
 
 # the whole test suite against an ASan+UBSan build made in a scratch copy (build/asan), reduced hypothesis profile
 asan:

@@ -6,10 +6,15 @@ Cases:
   b  the same step with a unified cache (one stream of 16384 cells, 8192 used)
   c  prefill: 8 seqs x 512 tokens into an empty 8 x 1024 per-sequence cache (n_ubatch 512)
   mask_a / mask_b / mask_c  the KQ mask of one ubatch of a / b / c alone (one C call into a reused buffer)
+  sweep  the n_ctx sweep: the same 64 seqs x 1 token planning-only step at n_ctx 4,096 ... 262,144, unified
+         (one stream of n_ctx cells) and per-sequence (64 streams of n_ctx / 64 cells), each sequence holding
+         32 tokens; between repetitions the step's tokens are removed again with seq_rm (not timed), so
+         every step sees the same cache, as a decode loop that rewinds would. The planning cost must
+         follow the batch, not the cache: the ratio to n_ctx 4,096 is printed.
 
-Each repetition restores the cache from a snapshot first (not timed). Median of --reps runs.
+Cases a-c restore the cache from a snapshot before each repetition (not timed). Median of --reps runs.
 
-    python bench/bench_kv.py [--reps 300] [--json out.json]
+    python bench/bench_kv.py [--reps 300] [--json out.json] [--no-sweep]
 """
 from __future__ import annotations
 
@@ -18,10 +23,17 @@ import json
 import statistics
 import time
 
+import os
+import sys
+
 import numpy as np
 
-import ubatch
-from ubatch.engine.context import Context
+try:
+    import ubatch  # the installed package, or PYTHONPATH
+except ImportError:   # a source checkout built in place (make build) but not installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import ubatch
+from ubatch.engine.context import Context  # noqa: E402
 
 
 def _batch(seqs, n, start):
@@ -63,7 +75,7 @@ def time_mask(ctx, batch, reps, ub_index=0, warmup=20):
     ctx.decode(batch)
     ubs = ctx.last_ubatches
     kv.restore(snap)
-    kv._prepare(ubs)
+    kv._prepare(ubs)          # the internals under memory.init_batch / begin / apply (the batch's own ubatches)
     kv._begin()
     for i in range(ub_index + 1):
         kv._apply(i, ubs[i])
@@ -83,10 +95,43 @@ def time_mask(ctx, batch, reps, ub_index=0, warmup=20):
     return ts, tuple(buf.shape)
 
 
+SWEEP_N_CTX = (4096, 16384, 65536, 262144)
+
+
+def time_step_rewound(ctx, step, n_seq, start, reps, warmup=20):
+    """µs per planning-only decode of `step`, its tokens removed again (seq_rm, not timed) after each."""
+    kv = ctx.memory
+    ts = []
+    for r in range(warmup + reps):
+        t0 = time.perf_counter_ns()
+        ctx.decode(step)
+        t1 = time.perf_counter_ns()
+        for s in range(n_seq):
+            kv.seq_rm(s, start, -1)
+        if r >= warmup:
+            ts.append((t1 - t0) / 1000)
+    return ts
+
+
+def sweep(reps: int) -> dict:
+    """The n_ctx sweep (see the module docstring): {"unified" | "per_seq": {n_ctx: µs}}."""
+    out = {}
+    for kind, unified in (("unified", True), ("per_seq", False)):
+        row = {}
+        for n_ctx in SWEEP_N_CTX:
+            c = Context(n_ctx=n_ctx, n_batch=8192, n_ubatch=512, n_seq_max=64, kv_unified=unified)
+            c.decode(_contiguous(range(64), 32, 0))
+            row[n_ctx] = statistics.median(time_step_rewound(c, _batch(range(64), 1, 32), 64, 32, reps))
+            c.close()
+        out[kind] = row
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-sweep", action="store_true", help="skip the n_ctx sweep")
     args = ap.parse_args()
     res = {}
 
@@ -120,10 +165,20 @@ def main() -> None:
     for k, v in res.items():
         detail = f"{v['ubatches']} ubatch(es)" if "ubatches" in v else f"mask {v['shape']}"
         print(f"{k:28s} {v['us']:10.1f}  {detail}")
+    summary = {k: round(v["us"], 2) for k, v in res.items()}
+    if not args.no_sweep:
+        sw = sweep(max(50, args.reps // 3))
+        print("\nn_ctx sweep: 64 seqs x 1 token planning-only step (µs, median; ratio to n_ctx 4096)")
+        print(f"{'cache':10s} " + " ".join(f"{n:>16d}" for n in SWEEP_N_CTX))
+        for kind, row in sw.items():
+            base = row[SWEEP_N_CTX[0]]
+            print(f"{kind:10s} " + " ".join(f"{row[n]:9.1f} ({row[n] / base:4.2f}x)" for n in SWEEP_N_CTX))
+        res["sweep"] = {k: {str(n): round(v, 2) for n, v in row.items()} for k, row in sw.items()}
+        summary["sweep"] = res["sweep"]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
-    print(json.dumps({k: round(v["us"], 2) for k, v in res.items()}))
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -75,8 +75,16 @@ def test_add_rows_rejects() -> None:
     b.add_token(1, 0, 0)
     b.add_token(2, 1, 0)
     _raises(BatchError, r"batch is full: n_tokens_max = 2", b.add_token, 3, 2, 0)
-    nb = Batch(2)
-    _raises(BatchError, r"n_embd = 0", nb.add_embd, [1.0], 0, 0)
+    nb = Batch(3)      # llama.cpp's container: n_embd 0 takes the width of the first embedding row
+    _raises(BatchError, r"embedding row 0 has a non-finite value", nb.add_embd, [1.0, np.inf], 0, 0)
+    assert nb.n_embd == 0 and nb.n_tokens == 0, "a rejected first row must not fix the width"
+    nb.add_embd([1.0, 2.0], 0, 0)
+    assert nb.n_embd == 2
+    _raises(BatchError, r"embedding row 1 has shape \(3,\), expected \(2,\).*set by its first embedding row",
+            nb.add_embd, [1.0, 2.0, 3.0], 1, 0)
+    assert nb.n_tokens == 1
+    nb.add_embd([3.0, 4.0], 1, 0)
+    np.testing.assert_array_equal(nb.embd, [[1.0, 2.0], [3.0, 4.0]])
     _raises(ValueError, r"n_tokens_max must be >= 1", Batch, 0)
     _raises(TypeError, r"n_tokens_max must be an int", Batch, 2.0)
 
@@ -162,8 +170,37 @@ def test_mrope_rules(alloc_cls) -> None:
 def test_memory_bounds_are_checked(alloc_cls, lo, hi, exc, pattern) -> None:
     a = alloc_cls()
     a.init(_tok(2), n_seq_max=1)
-    _raises(exc, pattern, a.init, _tok(3, pos=[5, 6, 7]), n_seq_max=2, memory=ConstMemory(lo, hi))
+    coupled = Batch.from_arrays(tokens=[1, 2, 3], pos=[5, 6, 7], seq_ids=[[0, 1]] * 3)   # seq_pos_min is read
+    _raises(exc, pattern, a.init, coupled, n_seq_max=2, memory=ConstMemory(lo, hi))
     assert a.n_tokens == 2 and a.split_simple(8).n_tokens == 2
+
+
+class _CountingMemory:
+    def __init__(self):
+        self.asked = []
+
+    def seq_pos_min(self, s):
+        self.asked.append(("min", s))
+        return -1
+
+    def seq_pos_max(self, s):
+        self.asked.append(("max", s))
+        return -1
+
+
+def test_plain_memory_is_asked_only_what_llama_cpp_asks(alloc_cls) -> None:
+    """seq_pos_max of the batch's sequences (all of [0, n_seq_max) for automatic positions), seq_pos_min of
+    the coupled ones only: the cost follows the batch, not n_seq_max."""
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2, 3], pos=[0, 0, 1], seq_ids=[[3], [7], [3]]), n_seq_max=256,
+                     memory=m)
+    assert sorted(m.asked) == [("max", 3), ("max", 7)]
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2], pos=[0, 1], seq_ids=[[1, 2], [1, 2]]), n_seq_max=4, memory=m)
+    assert sorted(m.asked) == [("max", 1), ("max", 2), ("min", 1), ("min", 2)]
+    m = _CountingMemory()
+    alloc_cls().init(Batch.from_arrays(tokens=[1, 2]), n_seq_max=5, memory=m)
+    assert sorted(m.asked) == [("max", s) for s in range(5)]
 
 
 def test_native_memory_fast_path_is_checked() -> None:
@@ -200,8 +237,26 @@ def test_mixed_content_types(alloc_cls) -> None:
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_n_vocab_zero_rejects_every_token(impl) -> None:
-    """n_vocab must be a real vocabulary size: 0 must not silently disable the token check."""
-    _raises(ValueError, r"n_vocab", allocator_factory(impl)().init, _tok(), n_seq_max=1, n_vocab=0)
+    """llama.cpp's semantics (its own allocator test uses vocab 0): n_vocab = 0 is an empty vocabulary, so
+    every token id is invalid (BatchError naming the first token), never a disabled check."""
+    _raises(BatchError, r"^invalid token\[0\] = 0$", allocator_factory(impl)().init,
+            Batch.from_arrays(tokens=[0, 1]), n_seq_max=1, n_vocab=0)
+    _raises(BatchError, r"^invalid token\[0\] = 1$", allocator_factory(impl)().init, _tok(), n_seq_max=1, n_vocab=0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_only_null_tokens_is_neither(impl) -> None:
+    """Rows added with LLAMA_TOKEN_NULL (-1) carry no token id (llama.cpp's container): a batch of only
+    such rows has neither token ids nor embeddings; mixed with token rows the content types differ."""
+    b = Batch(2)
+    b.add_token(-1, 0, 0)
+    b.add_token(-1, 1, 0)
+    _raises(BatchError, r"^batch has neither token ids nor embeddings$", allocator_factory(impl)().init, b,
+            n_seq_max=1, n_vocab=10)
+    m = Batch(2)
+    m.add_token(3, 0, 0)
+    m.add_token(-1, 1, 0)
+    _raises(BatchError, r"row 1 has neither, row 0 has a token id", allocator_factory(impl)().init, m, n_seq_max=1)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -265,6 +265,13 @@ def test_memory_with_bad_bounds(lo, hi):
     a = BatchAllocator()
     a.init(Batch.from_arrays(tokens=[1, 2]), n_seq_max=1)
     before = snapshot(a)
-    with pytest.raises((ValueError, TypeError), match="memory|overflows"):
-        a.init(Batch.from_arrays(tokens=[1, 2, 3]), n_seq_max=1, memory=ConstMemory(lo, hi))
-    assert snapshot(a) == before
+    bad_max = not (isinstance(hi, int) and -1 <= hi < I32_MAX)
+    if bad_max:                                        # seq_pos_max is read for every sequence in the batch
+        with pytest.raises((ValueError, TypeError), match="memory|overflows"):
+            a.init(Batch.from_arrays(tokens=[1, 2, 3]), n_seq_max=1, memory=ConstMemory(lo, hi))
+        assert snapshot(a) == before
+    else:                                              # a bad seq_pos_min is read (and refused) for coupled rows
+        with pytest.raises((ValueError, TypeError), match="memory"):
+            a.init(Batch.from_arrays(tokens=[1, 2], pos=[hi + 1, hi + 2], seq_ids=[[0, 1]] * 2), n_seq_max=2,
+                   memory=ConstMemory(lo, hi))
+        assert snapshot(a) == before

@@ -168,8 +168,8 @@ def test_add_rows_errors_name_the_culprit():
     b.add_token(2, 1, 0)
     with pytest.raises(BatchError, match="batch is full: n_tokens_max = 2"):
         b.add_token(3, 2, 0)
-    with pytest.raises(BatchError, match="n_embd = 0"):
-        Batch(1).add_embd([1.0], 0, 0)
+    with pytest.raises(BatchError, match="the first embedding row of a batch created with n_embd = 0"):
+        Batch(1).add_embd([[1.0]], 0, 0)
     full = Batch.from_arrays(tokens=[1, 2], pos=[0, 1], seq_ids=[0, 0], output=[1, 1])
     full.clear()
     with pytest.raises(BatchError, match="from_arrays"):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ubatch.memory.kv_cache import KVCache
-from kv_helpers import place, ubatches
+from kv_helpers import place, plan as make_plan
 
 
 def masked_swa(t, n_swa, p0, p1):
@@ -97,28 +97,27 @@ def test_mask_matches_rules(cfg, seed):
             pos.append(max(nxt[s], kv.seq_pos_max(s) + 1) + t); sids.append([s])
     p = np.stack([np.array(pos), rng.integers(0, 4, len(pos)), rng.integers(0, 4, len(pos)),
                   np.zeros(len(pos), int)]) if n_pos > 1 else pos
-    ubs = ubatches(kv, p, sids, n_ubatch=64, n_pos=n_pos)
     try:
-        kv._prepare(ubs)
+        plan = make_plan(kv, p, sids, n_ubatch=64, n_pos=n_pos)
     except Exception as e:
         assert type(e).__name__ == "KVCacheFullError"
         pytest.skip("random cache too full for the probe ubatch (state still checked elsewhere)")
-    kv._begin()
-    for i, ub in enumerate(ubs):
-        kv._apply(i, ub)
-        pl = kv._placement(i, ub)
+    kv.begin(plan)
+    for i, ub in enumerate(plan.ubatches):
+        kv.apply(plan, i)
+        pl = kv.placement(plan, i)
         ump = max(kv.used_max_p1(int(st)) for st in pl.streams)
         assert pl.n_kv == min(size, max(256, -(-ump // 256) * 256))
         assert pl.mask.shape == (len(pl.streams), ub.n_tokens // len(pl.streams), pl.n_kv)
         np.testing.assert_array_equal(pl.mask, reference_mask(kv, ub, pl.streams, pl.n_kv))
-        nc = kv._mask(i, ub, pl.n_kv, causal=False)
+        nc = kv.placement(plan, i, causal=False).mask
         np.testing.assert_array_equal(nc, reference_mask(kv, ub, pl.streams, pl.n_kv, causal=False))
         # the rows' own cells are visible to themselves (causal, same seq, inside any window)
         for k in range(len(pl.streams)):
             for r in range(pl.cells.shape[1]):
                 if n_pos == 1:
                     assert pl.mask[k, r, pl.cells[k, r]] == 0.0
-    kv._commit()
+    kv.commit(plan)
 
 
 def test_mask_unified_example_spec_7_1():
@@ -127,19 +126,20 @@ def test_mask_unified_example_spec_7_1():
     kv = KVCache(1, 256)
     pos = [p for s in range(4) for p in range(5)]
     sids = [s for s in range(4) for _ in range(5)]
-    ubs = ubatches(kv, pos, sids, n_ubatch=8)
-    kv._prepare(ubs)
-    kv._begin()
-    kv._apply(0, ubs[0])
-    pl = kv._placement(0, ubs[0])
+    plan = make_plan(kv, pos, sids, n_ubatch=8)
+    kv.begin(plan)
+    kv.apply(plan, 0)
+    pl = kv.placement(plan, 0)
     assert pl.n_kv == 256 and pl.cells.tolist() == [list(range(8))]
     vis = [set(np.nonzero(pl.mask[0, r] == 0)[0].tolist()) for r in range(8)]
     assert vis == [{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 1, 2, 3, 4}, {5}, {5, 6}, {5, 6, 7}]
-    kv._apply(1, ubs[1])
-    pl = kv._placement(1, ubs[1])
+    kv.apply(plan, 1)
+    pl = kv.placement(plan, 1)
     assert set(np.nonzero(pl.mask[0, 0] == 0)[0].tolist()) == {5, 6, 7, 8}
     assert set(np.nonzero(pl.mask[0, 2] == 0)[0].tolist()) == {10}
-    kv._rollback()
+    snap_after = kv.snapshot()
+    kv.rollback(plan)
+    assert not kv.equals(snap_after) and kv.used(0) == 0
 
 
 @pytest.mark.parametrize("swa,n_swa,n_pos", [("none", 0, 1), ("standard", 3, 1), ("chunked", 4, 4), ("none", 0, 4)])
@@ -154,12 +154,11 @@ def test_mask_streams_many_rows_per_group(swa, n_swa, n_pos, seed):
     sids = [s for s in range(3) for _ in range(m)]
     p = np.stack([np.array(pos), rng.integers(0, 4, len(pos)), rng.integers(0, 4, len(pos)),
                   np.zeros(len(pos), int)]) if n_pos > 1 else pos
-    ubs = ubatches(kv, p, sids, n_ubatch=64, n_pos=n_pos)
-    assert ubs[0].n_seq_tokens == m
-    kv._prepare(ubs)
-    kv._begin()
-    kv._apply(0, ubs[0])
-    pl = kv._placement(0, ubs[0])
+    plan = make_plan(kv, p, sids, n_ubatch=64, n_pos=n_pos)
+    assert plan.ubatches[0].n_seq_tokens == m
+    kv.begin(plan)
+    kv.apply(plan, 0)
+    pl = kv.placement(plan, 0)
     assert pl.mask.shape[:2] == (3, m)
-    np.testing.assert_array_equal(pl.mask, reference_mask(kv, ubs[0], pl.streams, pl.n_kv))
-    kv._rollback()
+    np.testing.assert_array_equal(pl.mask, reference_mask(kv, plan.ubatches[0], pl.streams, pl.n_kv))
+    kv.rollback(plan)

@@ -3,7 +3,7 @@ import pytest
 
 from ubatch.memory.kv_cache import KVCache
 from ubatch.common.errors import KVCacheFullError
-from kv_helpers import place, ubatches
+from kv_helpers import place, plan as make_plan
 
 
 def test_spec_7_6_reuse_without_purge():
@@ -48,13 +48,15 @@ def test_swa_types_reusable_cells(swa_type, n_swa, usable):
     place(kv, list(range(8)), [1] * 8)           # cells 0..7 = pos 0..7 of seq 1, head 8 (scan wraps to 0)
     snap = kv.snapshot()
     k = len(usable)
-    ubs = ubatches(kv, list(range(k)), [2] * k)  # another seq: takes exactly the reusable cells
-    kv._prepare(ubs)
+    plan = make_plan(kv, list(range(k)), [2] * k)  # another seq: takes exactly the reusable cells
     assert kv.equals(snap)
-    assert kv._slot(0)[1].tolist() == [usable]
-    too_many = ubatches(kv, list(range(k + 1)), [2] * (k + 1))
+    kv.begin(plan)
+    kv.apply(plan, 0)
+    assert kv.placement(plan, 0).cells.tolist() == [usable]
+    kv.rollback(plan)
+    assert kv.equals(snap)
     with pytest.raises(KVCacheFullError):
-        kv._prepare(too_many)
+        make_plan(kv, list(range(k + 1)), [2] * (k + 1))
     assert kv.equals(snap)
 
 

@@ -168,14 +168,11 @@ def test_swa_window_of_a_sequence_ending_at_int32_max():
 
     def decode(b):
         a.init(b, n_seq_max=2, memory=kv)
-        ubs = []
-        while (u := a.split_simple(16)) is not None:
-            ubs.append(u)
-        kv._prepare(ubs)
-        kv._begin()
-        for i, u in enumerate(ubs):
-            kv._apply(i, u)
-        kv._commit()
+        plan = kv.init_batch(a, 16)
+        kv.begin(plan)
+        for i in range(len(plan)):
+            kv.apply(plan, i)
+        kv.commit(plan)
 
     decode(Batch.from_arrays(tokens=[1] * 11, pos=list(range(I32_MAX - 10, I32_MAX + 1))))
     decode(Batch.from_arrays(tokens=[2, 3], pos=[0, 1], seq_ids=[1, 1]))   # 1 free cell + 1 reused
@@ -185,9 +182,9 @@ def test_swa_window_of_a_sequence_ending_at_int32_max():
 
 @pytest.mark.parametrize("make,match", [
     (lambda: __import__("ubatch").Context(None, n_ctx=2**31 - 1), r"n_ctx = 2147483648 \(padded to 256\) gives 1 x 2147483648"),
-    (lambda: __import__("ubatch").Context(None, n_ctx=2**30), r"n_ctx = 1073741824 .* would need 52\.0 GiB"),
+    (lambda: __import__("ubatch").Context(None, n_ctx=2**30), r"n_ctx = 1073741824 .* would need 68\.0 GiB"),
     (lambda: __import__("ubatch").Context(None, n_ctx=2**30, n_seq_max=256), r"256 stream\(s\) x 4194304 cells"),
-    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(1, 2**31 - 1), r"1 x 2147483647 cells would need 104\.0 GiB"),
+    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(1, 2**31 - 1), r"1 x 2147483647 cells would need 136\.0 GiB"),
     (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(256, 2**23), r"n_stream \* size = 2147483648"),
 ])
 def test_oversized_context_and_cache_refused_up_front(make, match, sixteen_gib):
@@ -200,8 +197,11 @@ def test_context_with_model_counts_kv_data(sixteen_gib):
     from ubatch.models import tiny_llama
 
     m = tiny_llama()
-    # metadata alone (52 B/cell, 13 GiB) fits a 16 GiB machine; with the model's K/V data it does not
-    n_ctx = 2**28
-    need = n_ctx * (52 + m.n_layer * m.n_head_kv * m.head_dim * 8)
+    # metadata alone (KV_CELL_BYTES per cell, 8.5 GiB at 2^27 cells) fits a 16 GiB machine; with the model's
+    # K/V data it does not
+    from ubatch.common.limits import KV_CELL_BYTES
+
+    n_ctx = 2**27
+    need = n_ctx * (KV_CELL_BYTES + m.n_layer * m.n_head_kv * m.head_dim * 8)
     with pytest.raises(ValueError, match=rf"K/V f32/f32\) would need .* \({need} bytes\)"):
         Context(m, n_ctx=n_ctx)

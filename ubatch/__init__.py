@@ -1,10 +1,11 @@
 """ubatch: llama.cpp's batch planner — batch validation, split strategies, KV-cache placement and the
 decode loop — with the hot paths in C (CFFI)."""
-from ubatch.common.errors import BatchError, KVCacheFullError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, KVCacheFullError, RewindError, SplitError, UbatchError
 from ubatch.batch.container import Batch
 from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.ubatch_view import UBatch
 from ubatch.memory.kv_cache import KVCache
+from ubatch.memory.iswa import KVCacheISWA
 from ubatch.engine.context import Context
 from ubatch.engine.llm import LLM, Completion
 from ubatch.memory.placement import ComputeResult, Placement
@@ -13,4 +14,5 @@ from ubatch import models
 from ubatch.tokenizer import Tokenizer
 
 __all__ = ["Batch", "BatchAllocator", "BatchError", "Completion", "ComputeResult", "Context", "LLM", "KVCacheFullError",
-           "KVCache", "Model", "Placement", "models", "SplitError", "Tokenizer", "UBatch", "UbatchError"]
+           "KVCache", "KVCacheISWA", "Model", "Placement", "models", "RewindError", "SplitError", "Tokenizer", "UBatch",
+           "UbatchError"]

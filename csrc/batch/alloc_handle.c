@@ -108,3 +108,36 @@ int32_t ub_alloc_seq_pos_min(const ub_alloc *a, int32_t s) {
 int32_t ub_alloc_seq_pos_max(const ub_alloc *a, int32_t s) {
     return a && a->cur && s >= 0 && s < UB_MAX_SEQ ? a->cur->seq_pmax[s] : -1;
 }
+
+/* b: the caller's batch view (borrowed); ids, cpl int32[n_seq_max] and *n_cpl caller-owned. */
+int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *ids, int32_t *cpl, int32_t *n_cpl) {
+    if (!b || !ids || !cpl || !n_cpl || n_seq_max < 1 || n_seq_max > UB_MAX_SEQ || b->n_tokens < 0) return -1;
+    uint8_t flags[UB_MAX_SEQ];
+    memset(flags, 0, sizeof flags);
+    const uint32_t lim = (uint32_t)n_seq_max;
+    int32_t n = b->n_tokens;
+    if (!b->seq_off || !b->seq_id) {
+        if (n > 0) flags[0] = 1;
+    } else if (b->seq_off[n] - b->seq_off[0] == n) {        /* one id per row: a straight scan */
+        const int32_t *p = b->seq_id + b->seq_off[0];
+        for (int32_t k = 0; k < n; k++)
+            if ((uint32_t)p[k] < lim) flags[p[k]] = 1;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            int32_t k0 = b->seq_off[i], k1 = b->seq_off[i + 1];
+            if (k1 <= k0) continue;
+            int32_t first = b->seq_id[k0];
+            uint8_t bit = 1;
+            for (int32_t k = k0 + 1; k < k1; k++) if (b->seq_id[k] != first) bit = 3;
+            for (int32_t k = k0; k < k1; k++)
+                if ((uint32_t)b->seq_id[k] < lim) flags[b->seq_id[k]] |= bit;
+        }
+    }
+    int32_t count = 0, nc = 0;
+    for (int32_t s = 0; s < n_seq_max; s++) {
+        if (flags[s] & 1) ids[count++] = s;
+        if (flags[s] & 2) cpl[nc++] = s;
+    }
+    *n_cpl = nc;
+    return count;
+}

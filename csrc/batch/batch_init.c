@@ -19,6 +19,11 @@ static int64_t distinct_positions(const ub_norm *nb, int32_t s) {
     return d;
 }
 
+/* "a token id" / "an embedding" / "both" / "neither" for a row_kind byte */
+static const char *kind_desc(uint8_t k) {
+    return k == 1 ? "a token id" : k == 2 ? "an embedding" : k == 3 ? "both" : "neither";
+}
+
 #define FAIL(...) do { rc = ub_alloc_fail(a, UB_E_BATCH, __VA_ARGS__); goto done; } while (0)
 #define NOMEM() do { rc = ub_alloc_fail(a, UB_E_NOMEM, "out of memory while initialising a batch of %d tokens", n); goto done; } while (0)
 
@@ -49,8 +54,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
             if (b->row_kind[i] != k0)
                 return ub_alloc_fail(a, UB_E_BATCH, "all entries in the batch must have the same content types "
                                      "(row %d has %s, row 0 has %s)", i,
-                                     b->row_kind[i] == 1 ? "a token id" : b->row_kind[i] == 2 ? "an embedding" : "both",
-                                     k0 == 1 ? "a token id" : k0 == 2 ? "an embedding" : "both");
+                                     kind_desc(b->row_kind[i]), kind_desc(k0));
         has_token = (k0 & 1) != 0;
         has_embd = (k0 & 2) != 0;
     } else {
@@ -74,7 +78,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     }
 
     /* V2 */
-    if (has_token && n_vocab > 0)
+    if (has_token && n_vocab >= 0)   /* n_vocab 0: every id is invalid (llama.cpp) */
         for (int32_t i = 0; i < n; i++)
             if (b->token[i] < 0 || b->token[i] >= n_vocab)
                 return ub_alloc_fail(a, UB_E_BATCH, "invalid token[%d] = %d", i, b->token[i]);

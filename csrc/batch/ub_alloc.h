@@ -37,11 +37,19 @@ const char *ub_alloc_error(const ub_alloc *a);   /* message of the last failure 
 const char *ub_alloc_warning(const ub_alloc *a); /* warning of the last successful init ("" if none) */
 
 /* init: validate + normalise. mem_min/mem_max are int32[n_seq_max] (the memory's seq_pos_min/max,
- * -1 = empty) or NULL when there is no memory. n_vocab <= 0 skips the token range check.
+ * -1 = empty) or NULL when there is no memory. n_vocab < 0 skips the token range check; n_vocab = 0
+ * makes every token id invalid (as llama.cpp with an empty vocabulary).
  * Returns UB_OK, UB_E_BATCH (message in ub_alloc_error) or UB_E_NOMEM; on failure the previous state
  * is kept untouched. */
 int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_seq_max, int32_t output_all,
                   const int32_t *mem_min, const int32_t *mem_max);
+
+/* Which sequences a batch holds, before init (so the caller asks its memory only about those, as
+ * llama.cpp). ids int32[n_seq_max] and cpl int32[n_seq_max] (caller-owned) receive, ascending, the ids
+ * present in some row and (*n_cpl of them) the ids sharing a row with another id (coupled). Ids outside
+ * [0, n_seq_max) are skipped (init refuses them). Returns the number of present ids, or -1 for a bad
+ * argument. O(total ids). */
+int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *ids, int32_t *cpl, int32_t *n_cpl);
 
 int ub_alloc_split_reset(ub_alloc *a);
 /* Each split returns a new ubatch (caller frees it) or NULL; *status tells NULL apart:

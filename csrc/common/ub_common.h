@@ -5,14 +5,17 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#define UB_MAX_SEQ 256          /* LLAMA_MAX_SEQ: width of a sequence set, size of seq_idx */
 #define UB_SEQ_WORDS 4          /* 256 bits = 4 x uint64 */
 #define UB_ERR_LEN 1024
-/* Largest batch init accepts (rows). Keeps every int32 index expression in the allocator (2*n for the
- * hash table, 8*n of scratch) far from overflow; a larger batch would need tens of GB anyway. */
-#define UB_MAX_TOKENS (1 << 28)
 
 /* cdef:begin */
+/* Limits (read by Python as lib.UB_MAX_SEQ / lib.UB_MAX_TOKENS: one definition, here).
+ * UB_MAX_SEQ = LLAMA_MAX_SEQ: width of a sequence set, size of seq_idx.
+ * UB_MAX_TOKENS: largest batch init accepts (rows); keeps every int32 index expression in the allocator
+ * (2*n for the hash table, 8*n of scratch) far from overflow. */
+#define UB_MAX_SEQ 256
+#define UB_MAX_TOKENS 268435456
+
 /* Status codes returned by the C entry points. */
 enum {
     UB_OK = 0,

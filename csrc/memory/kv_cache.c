@@ -49,7 +49,8 @@ ub_kv *ub_kv_new(int32_t n_stream, int32_t size, int32_t swa_type, int32_t n_swa
         return NULL;
     }
     for (int64_t g = 0; g < nc; g++) kv->pos[g] = -1;
-    for (int s = 0; s < UB_MAX_SEQ; s++) kv->stat[s].min = kv->stat[s].max = -1;
+    kv->pool.free_head = -1;
+    kv_pool_reset(&kv->pool, kv->stat, UB_MAX_SEQ);
     kv->epoch = 1;
     return kv;
 }
@@ -62,7 +63,13 @@ void ub_kv_free(ub_kv *kv) {
     free(kv->stream_ep); free(kv->js); free(kv->jc); free(kv->copies);
     free(kv->plan_ns); free(kv->plan_per); free(kv->plan_off); free(kv->plan_data);
     free(kv->mlist);
+    kv_pool_free(&kv->pool);
     free(kv);
+}
+
+int32_t ub_kv_cell_bytes(void) {
+    /* pos, shift, ext[2] (int32), seq set (4 x uint64), journal epoch (uint32), one kv_pnode */
+    return (int32_t)(4 * sizeof(int32_t) + UB_SEQ_WORDS * sizeof(uint64_t) + sizeof(uint32_t) + sizeof(kv_pnode));
 }
 
 const char *ub_kv_error(const ub_kv *kv) { return kv ? kv->err : "null KV cache"; }
@@ -124,14 +131,6 @@ void kv_touch_stream(ub_kv *kv, int32_t st) {
     j->has_shift = kv->has_shift[st];
 }
 
-void kv_touch_seq(ub_kv *kv, int32_t s) {
-    if (!kv->txn || kv->seq_ep[s] == kv->epoch) return;
-    kv->seq_ep[s] = kv->epoch;
-    kv->jq[kv->n_jq].s = s;
-    kv->jq[kv->n_jq].v = kv->stat[s];
-    kv->n_jq++;
-}
-
 int ub_kv_begin(ub_kv *kv) {
     if (kv->txn) return kv_fail(kv, UB_E_ARG, "a KV transaction is already open");
     kv->txn = 1;
@@ -139,12 +138,10 @@ int ub_kv_begin(ub_kv *kv) {
     if (kv->epoch == 0) {   /* wrapped: clear every tag once */
         memset(kv->cell_ep, 0, (size_t)kv->n_cells * sizeof(uint32_t));
         memset(kv->stream_ep, 0, (size_t)kv->n_stream * sizeof(uint32_t));
-        memset(kv->seq_ep, 0, sizeof kv->seq_ep);
         kv->epoch = 1;
     }
     kv->n_jc = 0;
     kv->n_js = 0;
-    kv->n_jq = 0;
     kv->j_n_copies = kv->n_copies;
     return UB_OK;
 }
@@ -155,9 +152,29 @@ int ub_kv_commit(ub_kv *kv) {
     return UB_OK;
 }
 
-/* Restores every saved cell, stream and sequence record: the state of ub_kv_begin, exactly. */
+static void stat_add(ub_kv *kv, int32_t s, int32_t p);
+static void stat_remove(ub_kv *kv, int32_t s, int32_t p);
+
+/* Every sequence of cell g's set gets (add = 1) or loses (add = 0) one entry at position pos. */
+static void cell_pairs(ub_kv *kv, const uint64_t *set, int32_t pos, int add) {
+    for (int w = 0; w < UB_SEQ_WORDS; w++) {
+        for (uint64_t bits = set[w]; bits; bits &= bits - 1) {
+            int32_t s = w * 64 + __builtin_ctzll(bits);
+            if (add) stat_add(kv, s, pos); else stat_remove(kv, s, pos);
+        }
+    }
+}
+
+/* Restores every saved cell and stream record: the state of ub_kv_begin, exactly. The position maps
+ * are replayed in two passes (first every journaled cell's current pairs leave, then its saved pairs
+ * come back), so the maps never hold more pairs than before or after: no allocation, cannot fail. */
 int ub_kv_rollback(ub_kv *kv) {
     if (!kv->txn) return kv_fail(kv, UB_E_ARG, "no KV transaction is open");
+    kv->txn = 0;
+    for (int64_t k = 0; k < kv->n_jc; k++) {
+        int64_t g = kv->jc[k].g;
+        if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 0);
+    }
     for (int64_t k = 0; k < kv->n_jc; k++) {
         const kv_jcell *j = &kv->jc[k];
         int64_t g = j->g;
@@ -166,6 +183,7 @@ int ub_kv_rollback(ub_kv *kv) {
         kv->ext[2 * g] = j->x;
         kv->ext[2 * g + 1] = j->y;
         memcpy(&kv->seq[g * UB_SEQ_WORDS], j->seq, sizeof j->seq);
+        if (j->pos >= 0) cell_pairs(kv, j->seq, j->pos, 1);
     }
     for (int32_t k = 0; k < kv->n_js; k++) {
         const kv_jstream *j = &kv->js[k];
@@ -174,88 +192,42 @@ int ub_kv_rollback(ub_kv *kv) {
         kv->used_max_p1[j->st] = j->used_max_p1;
         kv->has_shift[j->st] = j->has_shift;
     }
-    for (int32_t k = 0; k < kv->n_jq; k++) kv->stat[kv->jq[k].s] = kv->jq[k].v;
     kv->n_copies = kv->j_n_copies;
-    kv->txn = 0;
     return UB_OK;
 }
 
 /* ---------------------------------------------------------------- sequence bounds */
 
 static void stat_add(ub_kv *kv, int32_t s, int32_t p) {
-    kv_seqstat *t = &kv->stat[s];
-    kv_touch_seq(kv, s);
-    if (t->n++ == 0) {
-        t->min = t->max = p;
-        t->nmin = t->nmax = 1;
-        t->dirty = 0;
-        return;
-    }
-    if (t->dirty) return;
-    if (p < t->min) { t->min = p; t->nmin = 1; } else if (p == t->min) t->nmin++;
-    if (p > t->max) { t->max = p; t->nmax = 1; } else if (p == t->max) t->nmax++;
+    kv_pm_add(&kv->pool, &kv->stat[s], p);
+    kv->n_pairs++;
 }
 
 static void stat_remove(ub_kv *kv, int32_t s, int32_t p) {
-    kv_seqstat *t = &kv->stat[s];
-    kv_touch_seq(kv, s);
-    if (--t->n == 0) {
-        t->min = t->max = -1;
-        t->nmin = t->nmax = 0;
-        t->dirty = 0;
-        return;
-    }
-    if (t->dirty) return;
-    if (p == t->min && --t->nmin == 0) t->dirty = 1;
-    if (p == t->max && --t->nmax == 0) t->dirty = 1;
+    kv_pm_remove(&kv->pool, &kv->stat[s], p);
+    kv->n_pairs--;
 }
 
-/* Returns s's record, rescanning its stream first when a bound was lost (see kv_internal.h). */
-const kv_seqstat *kv_stat(ub_kv *kv, int32_t s) {
-    kv_seqstat *t = &kv->stat[s];
-    if (!t->dirty) return t;
-    kv_touch_seq(kv, s);
-    int32_t st = kv_seq_stream(kv, s);
-    int32_t mn = 0, mx = 0, nmn = 0, nmx = 0, n = 0;
-    const int w = s >> 6;
-    const uint64_t b = (uint64_t)1 << (s & 63);
-    for (int64_t g = (int64_t)st * kv->size, e = g + kv->size; g < e; g++) {
-        if (!(kv->seq[g * UB_SEQ_WORDS + w] & b)) continue;
-        int32_t p = kv->pos[g];
-        if (n++ == 0) { mn = mx = p; nmn = nmx = 1; continue; }
-        if (p < mn) { mn = p; nmn = 1; } else if (p == mn) nmn++;
-        if (p > mx) { mx = p; nmx = 1; } else if (p == mx) nmx++;
-    }
-    t->n = n;
-    t->min = n ? mn : -1;
-    t->max = n ? mx : -1;
-    t->nmin = nmn;
-    t->nmax = nmx;
-    t->dirty = 0;
-    return t;
+int kv_pairs_reserve(ub_kv *kv, int64_t n_more) {
+    if (kv_pool_reserve(&kv->pool, kv->n_pairs + n_more - kv->pool.live))
+        return kv_fail(kv, UB_E_NOMEM, "out of memory (sequence position maps)");
+    return UB_OK;
 }
 
-void kv_recompute_stats(ub_kv *kv) {
-    for (int32_t s = 0; s < UB_MAX_SEQ; s++) {
-        kv_seqstat *t = &kv->stat[s];
-        t->n = t->nmin = t->nmax = t->dirty = 0;
-        t->min = t->max = -1;
-    }
-    int32_t txn = kv->txn;
-    kv->txn = 0;
+/* Rebuilds every position map from the cells (used by restore). */
+int kv_recompute_stats(ub_kv *kv) {
+    int64_t pairs = 0;
     for (int64_t g = 0; g < kv->n_cells; g++) {
         if (kv->pos[g] < 0) continue;
         const uint64_t *set = &kv->seq[g * UB_SEQ_WORDS];
-        for (int w = 0; w < UB_SEQ_WORDS; w++) {
-            uint64_t bits = set[w];
-            while (bits) {
-                int b = __builtin_ctzll(bits);
-                bits &= bits - 1;
-                stat_add(kv, w * 64 + b, kv->pos[g]);
-            }
-        }
+        for (int w = 0; w < UB_SEQ_WORDS; w++) pairs += __builtin_popcountll(set[w]);
     }
-    kv->txn = txn;
+    kv_pool_reset(&kv->pool, kv->stat, UB_MAX_SEQ);
+    kv->n_pairs = 0;
+    if (kv_pairs_reserve(kv, pairs)) return UB_E_NOMEM;
+    for (int64_t g = 0; g < kv->n_cells; g++)
+        if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 1);
+    return UB_OK;
 }
 
 int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out) {
@@ -267,6 +239,25 @@ int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out) {
 int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out) {
     if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
     *out = kv_stat(kv, s)->max;
+    return UB_OK;
+}
+
+int ub_kv_seq_pos_ge(ub_kv *kv, int32_t s, int32_t p, int32_t *out) {
+    if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
+    *out = kv_pm_ge(&kv->pool, &kv->stat[s], p);
+    return UB_OK;
+}
+
+int ub_kv_seq_pos_lt(ub_kv *kv, int32_t s, int32_t p, int32_t *out) {
+    if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
+    *out = kv_pm_lt(&kv->pool, &kv->stat[s], p);
+    return UB_OK;
+}
+
+int ub_kv_window_hole(ub_kv *full, ub_kv *swa, int32_t s, int32_t t, int32_t p, int32_t *out) {
+    if (s < 0 || s >= full->n_seq || s >= swa->n_seq)
+        return kv_fail(full, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, full->n_seq - 1);
+    *out = kv_pm_first_missing(&full->pool, &full->stat[s], &swa->pool, &swa->stat[s], t, p);
     return UB_OK;
 }
 

@@ -4,23 +4,11 @@
 #define UB_KV_INTERNAL_H
 
 #include "ub_kv.h"
+#include "kv_posmap.h"
 
-/* Position bounds of one sequence (llama.cpp keeps a map pos -> count per sequence).
- *
- * Design: a sequence only ever lives in the cells of one stream (its seq_to_stream), and the only
- * queries are min and max. So instead of an ordered map we keep the number of cells holding the
- * sequence (n), the bounds (min, max) and how many of those cells sit exactly at each bound (nmin,
- * nmax). Adding a cell is O(1). Removing a cell is O(1) unless it was the LAST cell at a bound: the
- * bound is then unknown and the record is marked dirty; the next query rescans the stream once
- * (O(size), the same cost as the seq op that caused it) and the record is exact again. The common
- * decode path (append at the end, never remove) never rescans. This gives exactly the answers of a
- * counted multiset, duplicates included (two cells of one sequence may share a position). */
-typedef struct kv_seqstat {
-    int32_t n, min, max, nmin, nmax, dirty;
-} kv_seqstat;
-
-/* Journal records: the state of a cell / stream / sequence before its first change inside the
- * current transaction (an epoch tag marks "already saved"). */
+/* Journal records: the state of a cell / stream before its first change inside the current
+ * transaction (an epoch tag marks "already saved"). The position maps are not journaled: rollback
+ * replays the saved cells into them (remove what the cells hold now, add what they held). */
 typedef struct kv_jcell {
     int32_t g;                    /* global cell index: stream * size + cell */
     int32_t pos, shift, x, y;
@@ -30,11 +18,6 @@ typedef struct kv_jcell {
 typedef struct kv_jstream {
     int32_t st, head, used, used_max_p1, has_shift;
 } kv_jstream;
-
-typedef struct kv_jseq {
-    int32_t s;
-    kv_seqstat v;
-} kv_jseq;
 
 struct ub_kv {
     int32_t n_stream, size, n_seq, swa_type, n_swa;
@@ -49,7 +32,10 @@ struct ub_kv {
     /* per stream */
     int32_t *head, *used, *used_max_p1, *has_shift;   /* [n_stream] */
 
+    /* per-sequence position maps (kv_posmap.h): bounds in O(1), updates in O(log n) */
     kv_seqstat stat[UB_MAX_SEQ];
+    kv_pool pool;
+    int64_t n_pairs;              /* (cell, sequence) pairs stored = sum of stat[s].n >= pool.live */
 
     /* queued cross-stream copies (src, dst) pairs */
     int32_t *copies;
@@ -60,13 +46,10 @@ struct ub_kv {
     uint32_t epoch;
     uint32_t *cell_ep;            /* [n_cells] */
     uint32_t *stream_ep;          /* [n_stream] */
-    uint32_t seq_ep[UB_MAX_SEQ];
     kv_jcell *jc;
     int64_t n_jc, cap_jc;
     kv_jstream *js;               /* [n_stream] */
     int32_t n_js;
-    kv_jseq jq[UB_MAX_SEQ];
-    int32_t n_jq;
     int32_t j_n_copies;
 
     /* plan of the last prepare: slot i = ns groups of per cells;
@@ -91,12 +74,14 @@ int kv_fail(ub_kv *kv, int code, const char *fmt, ...);
 int kv_journal_reserve(ub_kv *kv, int64_t n_more);   /* UB_OK or UB_E_NOMEM */
 void kv_touch_cell(ub_kv *kv, int64_t g);
 void kv_touch_stream(ub_kv *kv, int32_t st);
-void kv_touch_seq(ub_kv *kv, int32_t s);
 
 /* sequence bounds */
-const kv_seqstat *kv_stat(ub_kv *kv, int32_t s);    /* clean (recomputed if dirty) */
+static inline const kv_seqstat *kv_stat(const ub_kv *kv, int32_t s) { return &kv->stat[s]; }
+/* Makes room in the position maps for n_more (cell, sequence) pairs beyond those stored; call before
+ * an operation that may add pairs. UB_OK or UB_E_NOMEM (message set, nothing changed). */
+int kv_pairs_reserve(ub_kv *kv, int64_t n_more);
 int32_t kv_seq_stream(const ub_kv *kv, int32_t s);
-void kv_recompute_stats(ub_kv *kv);                 /* rebuild every record from the cells (no journal) */
+int kv_recompute_stats(ub_kv *kv);                  /* rebuild every map from the cells; UB_OK / UB_E_NOMEM */
 
 /* cell primitives (st = stream, i = cell); all journal themselves */
 void kv_cell_rm(ub_kv *kv, int32_t st, int32_t i);                 /* empty a non-empty cell */

@@ -71,7 +71,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     if (s0 == s1) {
         if (src == dst) return UB_OK;
         norm_range(&p0, &p1);
-        if (reserve_streams(kv, 1)) return UB_E_NOMEM;
+        if (reserve_streams(kv, 1) || kv_pairs_reserve(kv, kv->used[s0])) return UB_E_NOMEM;
         const int32_t *pos = kv->pos + (int64_t)s0 * kv->size;
         const uint64_t *seq = kv->seq + (int64_t)s0 * kv->size * UB_SEQ_WORDS;
         for (int32_t i = 0, end = kv->used_max_p1[s0]; i < end; i++) {
@@ -92,7 +92,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
         kv->copies = p;
         kv->cap_copies = cap;
     }
-    if (reserve_streams(kv, 1)) return UB_E_NOMEM;
+    if (reserve_streams(kv, 1) || kv_pairs_reserve(kv, kv->used[s0])) return UB_E_NOMEM;
     kv->copies[2 * kv->n_copies] = s0;
     kv->copies[2 * kv->n_copies + 1] = s1;
     kv->n_copies++;
@@ -197,20 +197,32 @@ int32_t ub_kv_has_update(const ub_kv *kv) {
 
 /* copies int32[2*n_copies] (src, dst pairs, in queue order) or NULL when the queue is empty;
  * shift int32[n_stream*size] receives every cell's pending shift when any stream has one (*has_shift
- * = 1). Then the queue is emptied and every shift cleared (llama.cpp's update + reset_shift). */
+ * = 1). Then the queue is emptied and every shift cleared (llama.cpp's update + reset_shift). Inside a
+ * transaction the clearing is journaled, so a rollback makes the update pending again. */
 int ub_kv_take_update(ub_kv *kv, int32_t *copies, int32_t *shift, int32_t *has_shift) {
-    if (kv->txn) return kv_fail(kv, UB_E_ARG, "take_update inside a KV transaction");
     if (kv->n_copies && !copies) return kv_fail(kv, UB_E_ARG, "take_update: no buffer for the copies");
     int any = 0;
     for (int32_t st = 0; st < kv->n_stream; st++) any |= kv->has_shift[st];
     if (any && !shift) return kv_fail(kv, UB_E_ARG, "take_update: no buffer for the shift");
+    if (any && kv->txn) {
+        int64_t n_shifted = 0;
+        for (int64_t g = 0; g < kv->n_cells; g++) n_shifted += kv->shift[g] != 0;
+        if (kv_journal_reserve(kv, n_shifted)) return UB_E_NOMEM;
+    }
     if (kv->n_copies) memcpy(copies, kv->copies, (size_t)kv->n_copies * 2 * sizeof(int32_t));
-    kv->n_copies = 0;
+    kv->n_copies = 0;                 /* the queue itself is kept: rollback restores the count */
     *has_shift = any;
     if (any) {
         memcpy(shift, kv->shift, (size_t)kv->n_cells * sizeof(int32_t));
-        memset(kv->shift, 0, (size_t)kv->n_cells * sizeof(int32_t));
-        memset(kv->has_shift, 0, (size_t)kv->n_stream * sizeof(int32_t));
+        if (kv->txn) {
+            for (int64_t g = 0; g < kv->n_cells; g++)
+                if (kv->shift[g]) { kv_touch_cell(kv, g); kv->shift[g] = 0; }
+            for (int32_t st = 0; st < kv->n_stream; st++)
+                if (kv->has_shift[st]) { kv_touch_stream(kv, st); kv->has_shift[st] = 0; }
+        } else {
+            memset(kv->shift, 0, (size_t)kv->n_cells * sizeof(int32_t));
+            memset(kv->has_shift, 0, (size_t)kv->n_stream * sizeof(int32_t));
+        }
     }
     return UB_OK;
 }

@@ -68,8 +68,7 @@ static int usable(ub_kv *kv, int64_t g) {
 
 /* find_slot: strm int32[ns], idxs int32[ns*per] caller-owned. Per group, scans its stream from the
  * head (restarting at 0 when head > used + 2*per), wrapping once around, collecting usable cells
- * (not necessarily contiguous). Returns UB_OK or UB_E_KVFULL; the cache is not modified (apart from
- * lazily recomputed sequence bounds). */
+ * (not necessarily contiguous). Returns UB_OK or UB_E_KVFULL; the cache is not modified. */
 static int find_slot(ub_kv *kv, const ub_ubatch *ub, int32_t ns, int32_t per, int32_t *strm, int32_t *idxs) {
     const int32_t size = kv->size;
     for (int32_t k = 0; k < ns; k++) {
@@ -107,6 +106,7 @@ static int apply_slot(ub_kv *kv, const ub_ubatch *ub, int32_t ns, int32_t per, c
     int64_t bound = (int64_t)ns * per;
     if (kv->swa_type != UB_SWA_NONE) bound += (int64_t)ns * kv->size;
     if (kv_journal_reserve(kv, bound)) return UB_E_NOMEM;
+    if (kv_pairs_reserve(kv, (int64_t)ub->seq_off[ub->n_tokens] - ub->seq_off[0])) return UB_E_NOMEM;
     int32_t max_rm[UB_MAX_SEQ];
     int any_rm = 0;
     for (int s = 0; s < UB_MAX_SEQ; s++) max_rm[s] = -1;

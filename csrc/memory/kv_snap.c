@@ -70,6 +70,10 @@ int ub_kv_restore(ub_kv *kv, const ub_kv_snap *s) {
         kv->copies = p;
         kv->cap_copies = s->n_copies;
     }
+    int64_t pairs = 0;              /* room for the snapshot's position maps, before anything changes */
+    for (int32_t q = 0; q < UB_MAX_SEQ; q++) pairs += s->sn[q];
+    if (kv_pool_reserve(&kv->pool, pairs - kv->pool.live))
+        return kv_fail(kv, UB_E_NOMEM, "out of memory (sequence position maps)");
     size_t nc = (size_t)kv->n_cells, ns = (size_t)kv->n_stream;
     memcpy(kv->pos, s->pos, nc * 4); memcpy(kv->shift, s->shift, nc * 4); memcpy(kv->ext, s->ext, nc * 8);
     memcpy(kv->seq, s->seq, nc * UB_SEQ_WORDS * 8);
@@ -77,7 +81,7 @@ int ub_kv_restore(ub_kv *kv, const ub_kv_snap *s) {
     memcpy(kv->used_max_p1, s->used_max_p1, ns * 4); memcpy(kv->has_shift, s->has_shift, ns * 4);
     if (s->n_copies) memcpy(kv->copies, s->copies, (size_t)s->n_copies * 8);
     kv->n_copies = s->n_copies;
-    kv_recompute_stats(kv);
+    kv_recompute_stats(kv);         /* cannot fail: the room is reserved */
     kv->plan_n = 0;
     kv->plan_len = 0;
     return UB_OK;

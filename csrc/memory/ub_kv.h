@@ -19,6 +19,9 @@ typedef struct ub_kv_snap ub_kv_snap;
  * Returns NULL on a bad argument or OOM. */
 ub_kv *ub_kv_new(int32_t n_stream, int32_t size, int32_t swa_type, int32_t n_swa);
 void ub_kv_free(ub_kv *kv);
+/* Bytes of metadata per cell (the arrays ub_kv_new allocates per cell, plus one position-map node):
+ * what Python's size checks use (ubatch.common.limits.KV_CELL_BYTES). */
+int32_t ub_kv_cell_bytes(void);
 const char *ub_kv_error(const ub_kv *kv);         /* message of the last failure ("" if none) */
 
 int32_t ub_kv_n_stream(const ub_kv *kv);
@@ -35,6 +38,13 @@ int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out);
 int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out);
 /* mn, mx: int32[n] caller-owned; ids >= n_seq get -1. */
 int ub_kv_seq_pos_bounds(ub_kv *kv, int32_t n, int32_t *mn, int32_t *mx);
+/* Neighbours in s's position map, O(log n): the smallest position >= p (seq_pos_ge) and the largest
+ * position < p (seq_pos_lt); *out = -1 when there is none. UB_E_ARG for a bad id. */
+int ub_kv_seq_pos_ge(ub_kv *kv, int32_t s, int32_t p, int32_t *out);
+int ub_kv_seq_pos_lt(ub_kv *kv, int32_t s, int32_t p, int32_t *out);
+/* Two-cache memory: the smallest position of s in [t, p) that `full` holds and `swa` does not (*out; -1
+ * when every one is held). Walks full's map over the range, O(k log n) for k positions in range. */
+int ub_kv_window_hole(ub_kv *full, ub_kv *swa, int32_t s, int32_t t, int32_t p, int32_t *out);
 
 /* The non-empty cells of a stream, ascending index. Caller-owned outputs with room for `size` cells:
  * idx int32[size], pos int32[size], seq uint64[size*4], shift int32[size] (may be NULL), ext int32[size*2]
@@ -55,7 +65,7 @@ void ub_kv_clear(ub_kv *kv);
  * ub_kv_n_copies: number of queued (src, dst) stream copies. ub_kv_take_update writes them to
  * copies int32[2*n_copies] (may be NULL when 0), and when any stream has a pending shift writes every
  * cell's shift to shift int32[n_stream*size] and sets *has_shift = 1 (else 0, shift untouched); then the
- * queue and all shifts are cleared. */
+ * queue and all shifts are cleared (journaled inside a transaction: a rollback makes them pending again). */
 int32_t ub_kv_n_copies(const ub_kv *kv);
 int32_t ub_kv_has_update(const ub_kv *kv);          /* 1 when copies are queued or a shift is pending */
 int ub_kv_take_update(ub_kv *kv, int32_t *copies, int32_t *shift, int32_t *has_shift);

@@ -10,28 +10,48 @@ from ubatch.batch import debug as _debug
 from ubatch._ffi import ffi, lib
 from ubatch.batch.container import Batch
 from ubatch.common.errors import BatchError, SplitError, UbatchError
+from ubatch.common.limits import LLAMA_MAX_SEQ
+from ubatch.common.validate import I32_MAX as _I32_MAX, check_int
 from ubatch.batch.ubatch_view import UBatch, c_array
 
-_I32_MAX = 2**31 - 1
 _STATUS_ERRORS = {lib.UB_E_BATCH: BatchError, lib.UB_E_SPLIT: SplitError, lib.UB_E_ARG: ValueError}
 
 
 def _int_arg(name: str, v) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    return int(v)
+    return check_int(name, v, None, None)      # type check only; ranges are checked by the caller
 
 
 def seq_pos_bounds(memory, n_seq_max: int):
-    """(int32[n_seq_max] min, int32[n_seq_max] max) of a memory: one call when it offers
-    `_seq_pos_bounds`, else seq_pos_min/seq_pos_max per sequence."""
-    fast = getattr(memory, "_seq_pos_bounds", None)
-    if fast is not None:
-        mn, mx = fast(n_seq_max)
-        return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
-    mn = [_bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s)) for s in range(n_seq_max)]
-    mx = [_bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s)) for s in range(n_seq_max)]
-    return np.array(mn, dtype=np.int32), np.array(mx, dtype=np.int32)
+    """(int32[n_seq_max] min, int32[n_seq_max] max) from a memory's bulk `_seq_pos_bounds` (the built-in
+    caches: O(1) per sequence in C), checked."""
+    mn, mx = memory._seq_pos_bounds(n_seq_max)
+    return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
+
+
+def _ask(name: str, fn, ids: np.ndarray, n_seq_max: int) -> np.ndarray:
+    """int32[n_seq_max]: fn(s) for the ids asked (checked like _bound_int), -1 elsewhere."""
+    id_list = ids.tolist()
+    vals = [fn(s) for s in id_list]
+    if vals and (not set(map(type, vals)) <= {int} or min(vals) < -1 or max(vals) > _I32_MAX):
+        vals = [_bound_int(name, s, v) for s, v in zip(id_list, vals)]    # names the culprit, or converts
+    out = np.full(n_seq_max, -1, np.int32)
+    out[ids] = vals
+    return out
+
+
+def ask_memory(memory, batch: Batch, n_seq_max: int):
+    """llama.cpp's rule for a plain memory object: seq_pos_max for the sequences in the batch (all of
+    [0, n_seq_max) when positions are automatic), seq_pos_min only for the coupled ones (the only check
+    that reads it). Returns (min int32[n_seq_max] or None, max int32[n_seq_max]); one C pass finds the ids."""
+    buf = np.empty(2 * LLAMA_MAX_SEQ, np.int32)
+    n_cpl = ffi.new("int32_t *")
+    n = lib.ub_alloc_batch_seqs(batch._c_view(), n_seq_max, ffi.from_buffer("int32_t[]", buf),
+                                ffi.from_buffer("int32_t[]", buf[LLAMA_MAX_SEQ:]), n_cpl)
+    ids = np.arange(n_seq_max, dtype=np.int32) if batch._pos is None else buf[:n]
+    mx = _ask("memory.seq_pos_max", memory.seq_pos_max, ids, n_seq_max)
+    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, buf[LLAMA_MAX_SEQ:LLAMA_MAX_SEQ + n_cpl[0]], n_seq_max)
+          if n_cpl[0] else None)
+    return mn, mx
 
 
 def _bound_int(name: str, s: int, v) -> int:
@@ -120,22 +140,26 @@ class BatchAllocator:
         if type(n_seq_max) is not int:
             n_seq_max = _int_arg("n_seq_max", n_seq_max)
         if n_vocab is None:
-            n_vocab = 0                       # C: no token range check
+            n_vocab = -1                      # C: no token range check
         else:
             if type(n_vocab) is not int:
                 n_vocab = _int_arg("n_vocab", n_vocab)
-            if n_vocab < 1 or n_vocab > _I32_MAX:
-                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
+            if n_vocab < 0 or n_vocab > _I32_MAX:   # 0 is llama.cpp's empty vocabulary: every token invalid
+                raise ValueError(f"n_vocab must be in [0, {_I32_MAX}] (or None: no check), got {n_vocab}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0: the batch is empty")
         mn = mx = ffi.NULL
         keep = None
-        if memory is not None and 1 <= n_seq_max <= 256:
-            lo, hi = seq_pos_bounds(memory, n_seq_max)
+        if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
+            if hasattr(memory, "_seq_pos_bounds"):
+                lo, hi = seq_pos_bounds(memory, n_seq_max)
+            else:
+                lo, hi = ask_memory(memory, batch, n_seq_max)
             keep = (lo, hi)
-            mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)
+            mn = ffi.NULL if lo is None else ffi.from_buffer("int32_t[]", lo)
+            mx = ffi.from_buffer("int32_t[]", hi)
         if not -(2**31) <= n_seq_max <= _I32_MAX:   # C sees int32: name the caller's value here
-            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, 256]")
+            raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         n_seq_c = n_seq_max
         with self._lock:
             h = self._handle()
@@ -262,7 +286,7 @@ class BatchAllocator:
         s = _int_arg("seq id s", s)
         with self._lock:
             h = self._handle()
-            if not 0 <= s < 256:
+            if not 0 <= s < LLAMA_MAX_SEQ:
                 return -1, -1
             return lib.ub_alloc_seq_pos_min(h, s), lib.ub_alloc_seq_pos_max(h, s)
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from ubatch._ffi import ffi
 from ubatch.common.errors import BatchError
-from ubatch.common.limits import check_bytes, fmt_bytes
+from ubatch.common.limits import MAX_TOKENS, check_bytes, fmt_bytes
+from ubatch.common.params import LLAMA_TOKEN_NULL
 
 KIND_TOKEN = 1
 KIND_EMBD = 2
@@ -22,7 +23,6 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 IntOrSeq = Union[int, Sequence[int]]
 
-MAX_TOKENS = 2**28        # = UB_MAX_TOKENS (csrc/ub_common.h): the most rows the allocator accepts
 
 
 def batch_bytes(n_tokens_max: int, n_pos_per_embd: int = 1, n_embd: int = 0) -> int:
@@ -104,6 +104,7 @@ class Batch:
         self._seq_id: np.ndarray = np.zeros(max(cap, 8), np.int32)
         self._output: Optional[np.ndarray] = np.zeros(cap, np.int8)
         self._kind: Optional[np.ndarray] = np.zeros(cap, np.uint8)
+        self._width_from_row = False
         self._cin = None
 
     # ------------------------------------------------------------------ building row by row
@@ -150,27 +151,39 @@ class Batch:
         tok = _check_int(f"token of row {i}", token)
         self._put_common(i, pos, seq_ids, output)
         self._token[i] = tok
-        self._kind[i] = KIND_TOKEN
+        self._kind[i] = KIND_TOKEN if tok != LLAMA_TOKEN_NULL else 0   # llama.cpp: id -1 = no token id
         self.n_tokens = i + 1
         return i
 
     def add_embd(self, row, pos: IntOrSeq, seq_ids: Union[int, Iterable[int]], output: bool = False) -> int:
         """Appends an embedding row (float32[n_embd]); returns its row index."""
         i = self._check_room()
-        if self._embd is None:
-            raise BatchError("this batch was created with n_embd = 0; it cannot hold embedding rows")
         try:
             vec = np.asarray(row)
         except (ValueError, TypeError, OverflowError) as e:
             raise TypeError(f"embedding row {i} must be a numeric array: {e}") from None
         if vec.dtype.kind not in "fiu":
             raise TypeError(f"embedding row {i} must be numeric, got dtype {vec.dtype}")
-        if vec.shape != (self.n_embd,):
-            raise BatchError(f"embedding row {i} has shape {vec.shape}, expected ({self.n_embd},)")
+        width = self.n_embd
+        if self._embd is None:
+            # llama.cpp's container: an unset width (n_embd = 0) is fixed by the first embedding row
+            if vec.ndim != 1 or vec.shape[0] < 1:
+                raise BatchError(f"embedding row {i} has shape {vec.shape}; the first embedding row of a batch "
+                                 f"created with n_embd = 0 sets the width and must be 1-D and non-empty")
+            width = int(vec.shape[0])
+            check_batch_size(self.n_tokens_max, self.n_pos_per_embd, width)
+        if vec.shape != (width,):
+            raise BatchError(f"embedding row {i} has shape {vec.shape}, expected ({width},) (the batch's "
+                             f"embedding width{', set by its first embedding row' if self._embd is not None and self._width_from_row else ''})")
         with np.errstate(over="ignore", invalid="ignore"):
             vec = vec.astype(np.float32)
         if not np.isfinite(vec).all():
             raise BatchError(f"embedding row {i} has a non-finite value at column {int(np.flatnonzero(~np.isfinite(vec))[0])}")
+        if self._embd is None:            # every check passed: only now fix the width
+            self.n_embd = width
+            self._embd = np.zeros((self.n_tokens_max, width), np.float32)
+            self._width_from_row = True
+            self._cin = None
         self._put_common(i, pos, seq_ids, output)
         self._embd[i] = vec
         self._kind[i] = KIND_EMBD

@@ -20,9 +20,9 @@ from typing import List, Optional
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.limits import LLAMA_MAX_SEQ as _MAX_SEQ
 
 ENV = "UBATCH_DEBUG"
-_MAX_SEQ = 256
 
 
 def _parse(text: Optional[str]) -> int:

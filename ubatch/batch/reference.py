@@ -27,8 +27,8 @@ import numpy as np
 from ubatch.batch.container import KIND_EMBD, KIND_TOKEN, Batch
 from ubatch.common.errors import BatchError, SplitError, UbatchError
 
-LLAMA_MAX_SEQ = 256
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+from ubatch.common.limits import LLAMA_MAX_SEQ
+from ubatch.common.validate import I32_MAX as _I32_MAX, I32_MIN as _I32_MIN
 
 MSG_SEQUENTIAL_COUPLED = ("sequential split is not supported when there are coupled sequences in the "
                           "input batch (you may need to use the -kvu flag)")
@@ -135,8 +135,8 @@ class ReferenceAllocator:
         if n_vocab is not None:
             if isinstance(n_vocab, (bool, np.bool_)) or not isinstance(n_vocab, (int, np.integer)):
                 raise TypeError(f"n_vocab must be an int or None, got {type(n_vocab).__name__}")
-            if not 1 <= n_vocab <= _I32_MAX:
-                raise ValueError(f"n_vocab must be in [1, {_I32_MAX}] (or None: no check), got {n_vocab}")
+            if not 0 <= n_vocab <= _I32_MAX:
+                raise ValueError(f"n_vocab must be in [0, {_I32_MAX}] (or None: no check), got {n_vocab}")
         st = self._build_state(batch, int(n_seq_max), None if n_vocab is None else int(n_vocab),
                                bool(output_all), memory)
         self._st = st              # commit: nothing above touched self
@@ -150,11 +150,19 @@ class ReferenceAllocator:
         # llama.cpp: GGML_ASSERT(n_tokens > 0) -- an abort; here an error.
         if n <= 0:
             raise BatchError("n_tokens == 0: the batch is empty")
-        # the memory's per-seq ranges (seq_pos_min/max, -1 = empty), read once and checked
+        # the memory's per-seq ranges (-1 = empty), read once and checked, as llama.cpp asks for them:
+        # seq_pos_max of the sequences in the batch (of all of them for automatic positions), seq_pos_min of
+        # the coupled ones only (the coupled-sequence check is the only reader)
         mem_min = mem_max = None
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
-            mem_min = [_bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s)) for s in range(n_seq_max)]
-            mem_max = [_bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s)) for s in range(n_seq_max)]
+            rows = [set(batch.seq_ids(i)) for i in range(n)]
+            present = sorted({s for ids in rows for s in ids if 0 <= s < n_seq_max})
+            coupled = sorted({s for ids in rows if len(ids) > 1 for s in ids if 0 <= s < n_seq_max})
+            mem_min, mem_max = [-1] * n_seq_max, [-1] * n_seq_max
+            for s in (range(n_seq_max) if batch._pos is None else present):
+                mem_max[s] = _bound_int("memory.seq_pos_max", s, memory.seq_pos_max(s))
+            for s in coupled:
+                mem_min[s] = _bound_int("memory.seq_pos_min", s, memory.seq_pos_min(s))
         if not _I32_MIN <= n_seq_max <= _I32_MAX:
             raise BatchError(f"n_seq_max = {n_seq_max} is outside [1, {LLAMA_MAX_SEQ}]")
         # V1
@@ -308,7 +316,7 @@ class ReferenceAllocator:
             has_token, has_embd = batch._token is not None, batch._embd is not None
         else:
             def desc(k: int) -> str:
-                return {KIND_TOKEN: "a token id", KIND_EMBD: "an embedding"}.get(k, "both")
+                return {0: "neither", KIND_TOKEN: "a token id", KIND_EMBD: "an embedding"}.get(k, "both")
 
             k0 = int(batch._kind[0])
             for i in range(1, n):

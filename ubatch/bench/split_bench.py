@@ -2,7 +2,9 @@
 beside llama.cpp's own C++ time for the same plans. bench/bench_split.py is a thin entry point to this.
 
 Per workload and strategy: µs per plan = init + split_reset + the whole split loop, called from Python,
-median of many repetitions after warm-up, with a mock memory attached (as llama_decode always has one);
+median of many repetitions after warm-up, with a mock memory attached (as llama_decode always has one):
+once with a memory offering the bulk `_seq_pos_bounds` (the built-in caches' fast path) and once with a plain
+Python object that only has seq_pos_min / seq_pos_max (asked only about the batch's sequences, as llama.cpp);
 optionally also for the pure-Python reference allocator (ubatch.reference) when this build has it.
 """
 from __future__ import annotations
@@ -37,6 +39,22 @@ class ArrayMemory:
 
     def _seq_pos_bounds(self, n: int):
         return self.lo[:n], self.hi[:n]
+
+
+class PlainMemory:
+    """The plainest memory a user can pass: two Python methods, Python ints, nothing else."""
+
+    def __init__(self, mem, n_seq_max: int) -> None:
+        self.lo = [-1] * n_seq_max
+        self.hi = [-1] * n_seq_max
+        for s, a, b in mem or []:
+            self.lo[s], self.hi[s] = a, b
+
+    def seq_pos_min(self, s: int) -> int:
+        return self.lo[s]
+
+    def seq_pos_max(self, s: int) -> int:
+        return self.hi[s]
 
 
 def expand(w: dict, defaults: dict) -> dict:
@@ -148,12 +166,15 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
         mem = ArrayMemory(w["mem"], w["n_seq_max"])
         label = strategy_label(st)
         c_us, n_ub = time_plans(BatchAllocator(), batch, w, st, mem, reps, warmup)
+        plain_us, _ = time_plans(BatchAllocator(), batch, w, st, PlainMemory(w["mem"], w["n_seq_max"]), reps, warmup)
         ref_us = None
         if ref_cls is not None:
             ref_us, _ = time_plans(ref_cls(), batch, w, st, mem, ref_reps, 1)
         ll = llama_us.get((w["id"], label), {})
         rows.append({"workload": w["id"], "strategy": label, "n_tokens": len(w["tokens"]), "n_ubatch": w["n_ubatch"],
                      "n_ubatches": n_ub, "llama_cpp_n_ubatches": ll.get("n_ubatches"), "c_us": round(c_us, 2),
+                     "plain_memory_us": round(plain_us, 2),
+                     "plain_ratio_to_llama_cpp": round(plain_us / ll["median_us"], 3) if ll else None,
                      "reference_us": None if ref_us is None else round(ref_us, 1),
                      "llama_cpp_us": ll.get("median_us"),
                      "ratio_to_llama_cpp": round(c_us / ll["median_us"], 3) if ll else None,
@@ -170,8 +191,10 @@ def combine_runs(sweeps: List[List[dict]]) -> List[dict]:
         meds = [p["c_us"] for p in parts]
         r["run_medians_us"] = meds
         r["c_us"] = round(statistics.median(meds), 2)
+        r["plain_memory_us"] = round(statistics.median([p["plain_memory_us"] for p in parts]), 2)
         if r.get("llama_cpp_us"):
             r["ratio_to_llama_cpp"] = round(r["c_us"] / r["llama_cpp_us"], 3)
+            r["plain_ratio_to_llama_cpp"] = round(r["plain_memory_us"] / r["llama_cpp_us"], 3)
         if r.get("reference_us"):
             r["speedup_vs_reference"] = round(r["reference_us"] / r["c_us"], 1)
         rows.append(r)
@@ -184,11 +207,12 @@ def _f(v, fmt: str) -> str:
 
 def table(rows: List[dict]) -> str:
     hdr = (f"{'workload':8} {'strategy':16} {'tokens':>6} {'ubatches':>8} {'C µs':>9} {'llama.cpp µs':>12} "
-           f"{'C/llama':>8} {'ref µs':>10} {'ref/C':>7}")
+           f"{'C/llama':>8} {'plain µs':>9} {'plain/llama':>11} {'ref µs':>10} {'ref/C':>7}")
     out = [hdr, "-" * len(hdr)]
     for r in rows:
         out.append(f"{r['workload']:8} {r['strategy']:16} {r['n_tokens']:6d} {r['n_ubatches']:8d} {r['c_us']:9.1f} "
                    f"{_f(r['llama_cpp_us'], '.1f'):>12} {_f(r['ratio_to_llama_cpp'], '.3f'):>8} "
+                   f"{_f(r.get('plain_memory_us'), '.1f'):>9} {_f(r.get('plain_ratio_to_llama_cpp'), '.3f'):>11} "
                    f"{_f(r['reference_us'], '.0f'):>10} {_f(r['speedup_vs_reference'], '.0f'):>7}")
     return "\n".join(out)
 

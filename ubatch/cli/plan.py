@@ -41,6 +41,12 @@ def add_parser(sub) -> None:
     p.add_argument("--n-ctx", type=int, default=None,
                    help="with --kv: context size (padded to 256; per-seq streams get n_ctx / n_seqs each); "
                         "default: 256 cells per stream")
+    p.add_argument("--n-swa", type=int, default=0,
+                   help="with --kv: simulate a sliding-window model: the two-cache memory (a full cache and a "
+                        "sliding cache of window N, as llama.cpp's iSWA); both caches are shown")
+    p.add_argument("--no-swa-full", action="store_true",
+                   help="with --n-swa: size the sliding cache as llama.cpp with swa_full = false "
+                        "(pad256(n_swa * streams' seqs + n_ubatch)) instead of the full size")
     p.set_defaults(func=run)
 
 
@@ -70,7 +76,7 @@ def format_ubatch(k: int, ub: UBatch) -> str:
 
 
 def run(args) -> int:
-    if args.kv or args.kv_unified or args.n_ctx is not None:
+    if args.kv or args.kv_unified or args.n_ctx is not None or args.n_swa or args.no_swa_full:
         from ubatch.cli.plan_kv import run_kv
         return run_kv(args)
     args.strategy = args.strategy or "equal"

@@ -1,9 +1,10 @@
 """`ubatch plan --kv`: plan the synthetic batch through a planning-only Context (model=None) and show
 where every row lands in the KV cache: per ubatch row its (stream, cell), then each stream's cells.
 
-The split strategy is the cache's, exactly as Context.decode chooses it: one unified stream ->
-split_simple; one stream per sequence -> split_equal(sequential=True, strict=False). An explicit
---strategy (or split_equal option) that contradicts that choice is rejected (exit 2)."""
+The split strategy is the memory's (memory.init_batch, the rule written once in ubatch/memory/protocol.py):
+one unified stream -> split_simple; one stream per sequence -> split_equal(sequential=True, strict=False);
+the two-cache memory (--n-swa) falls back from split_simple to split_equal when a cache refuses it. An
+explicit --strategy (or split_equal option) that contradicts that choice is rejected (exit 2)."""
 from __future__ import annotations
 
 import sys
@@ -11,10 +12,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch.engine.context import Context
-from ubatch.common.errors import UbatchError
 from ubatch.batch.ubatch_view import UBatch
 from ubatch.batch.workload import layout_batch
+from ubatch.common.errors import UbatchError
+from ubatch.engine.context import Context
+from ubatch.memory.protocol import SPLIT_NAMES, cache_split
 
 CELLS_PER_STREAM = 256
 
@@ -22,8 +24,12 @@ CELLS_PER_STREAM = 256
 def conflict(args) -> Optional[str]:
     """Why the split options cannot be honoured with --kv (None when they can)."""
     if not args.kv:
-        return "--kv-unified and --n-ctx only apply with --kv"
-    if args.kv_unified:
+        return "--kv-unified, --n-ctx, --n-swa and --no-swa-full only apply with --kv"
+    if args.n_swa < 0:
+        return f"--n-swa must be >= 0, got {args.n_swa}"
+    if args.no_swa_full and not args.n_swa:
+        return "--no-swa-full needs --n-swa"
+    if cache_split(1 if args.kv_unified else 2) == "simple":
         bad = [f"--strategy {args.strategy}"] if args.strategy not in (None, "simple") else []
         bad += [o for o, on in (("--sequential", args.sequential), ("--keep-tail", args.keep_tail),
                                 ("--llama-exact", args.llama_exact)) if on]
@@ -38,9 +44,10 @@ def conflict(args) -> Optional[str]:
 
 
 def strategy_name(ctx: Context) -> str:
-    if ctx.memory.n_stream == 1:
-        return "split_simple"
-    return "split_equal(sequential, llama.cpp-exact)"
+    """The split the memory used for the last decode (before one: the one it tries first)."""
+    split = ctx.last_split or cache_split(ctx.memory.n_stream)
+    name = SPLIT_NAMES[split]
+    return name[:-1] + ", llama.cpp-exact)" if name.endswith(")") else name + (", llama.cpp-exact" if split == "equal" else "")
 
 
 def row_cells(ubs: Sequence[UBatch], placements) -> List[Tuple[np.ndarray, np.ndarray]]:
@@ -52,12 +59,14 @@ def row_cells(ubs: Sequence[UBatch], placements) -> List[Tuple[np.ndarray, np.nd
     return out
 
 
-def format_ubatch_kv(k: int, ub: UBatch, streams: np.ndarray, cells: np.ndarray) -> str:
+def format_ubatch_kv(k: int, ub: UBatch, streams: np.ndarray, cells: np.ndarray,
+                     swa_cells: Optional[np.ndarray] = None) -> str:
     lines = [f"ubatch {k}: {ub.n_tokens} tokens = {ub.n_seqs} x {ub.n_seq_tokens} (n_seqs x n_seq_tokens), "
              f"seqs {ub.seq_id_unq.tolist()}"]
     for r in range(ub.n_tokens):
+        swa = "" if swa_cells is None else f" | swa cell {int(swa_cells[r]):4d}"
         lines.append(f"  row {r:3d}: batch {int(ub.batch_idxs[r]):4d}  seqs {str(ub.seq_ids(r).tolist()):9s} "
-                     f"pos {int(ub.pos[0, r]):4d}  -> stream {int(streams[r])} cell {int(cells[r]):4d}"
+                     f"pos {int(ub.pos[0, r]):4d}  -> stream {int(streams[r])} cell {int(cells[r]):4d}{swa}"
                      f"{'  output' if ub.output[r] else ''}")
     return "\n".join(lines)
 
@@ -111,15 +120,18 @@ def run_kv(args) -> int:
     n_ctx = args.n_ctx if args.n_ctx is not None else CELLS_PER_STREAM * (1 if args.kv_unified else n_seqs)
     try:
         ctx = Context(None, n_ctx=n_ctx, n_batch=max(batch.n_tokens, args.n_ubatch, 1), n_ubatch=args.n_ubatch,
-                      n_seq_max=n_seqs, kv_unified=args.kv_unified)
+                      n_seq_max=n_seqs, kv_unified=args.kv_unified, n_swa=args.n_swa,
+                      swa_full=not args.no_swa_full)
     except (TypeError, ValueError) as e:
         print(f"ubatch plan: error: {e}", file=sys.stderr)
         return 2
     kv = ctx.memory
     layout = "unified, 1 stream" if kv.n_stream == 1 else f"{kv.n_stream} per-seq streams"
+    swa = (f"; sliding cache: {layout} x {ctx.n_ctx_swa} cells, window {ctx.n_swa}"
+           f"{' (swa_full)' if ctx.swa_full else ''}" if ctx.n_swa else "")
     print(f"batch: {batch.n_tokens} tokens, {len(args.seqs)} seqs ({args.layout}); KV cache: n_ctx {ctx.n_ctx} "
-          f"({layout} x {kv.size} cells); strategy {strategy_name(ctx)} (the cache's choice, as Context.decode), "
-          f"n_ubatch {ctx.n_ubatch}")
+          f"({layout} x {kv.size} cells){swa}; strategy {strategy_name(ctx)} (the cache's choice, as "
+          f"Context.decode), n_ubatch {ctx.n_ubatch}")
     for w in ctx.warnings:
         print(f"note: {w}")
     if batch.n_tokens > ctx.n_batch:
@@ -133,19 +145,31 @@ def run_kv(args) -> int:
         return 1
     ubs = ctx.last_ubatches
     placed = row_cells(ubs, ctx.last_placements)
-    print(f"-> {len(ubs)} ubatches")
+    placed_swa = row_cells(ubs, ctx.last_placements_swa) if ctx.n_swa else None
+    fell_back = ctx.last_split != cache_split(kv.n_stream) and ctx.last_split != "seq"
+    print(f"-> {len(ubs)} ubatches" + (f" (with {strategy_name(ctx)}: a cache refused the first split, the two-cache "
+                                        f"memory's fallback)" if fell_back else ""))
     where: Dict[Tuple[int, int], int] = {}
+    where_swa: Dict[Tuple[int, int], int] = {}
     for k, (ub, (streams, cells)) in enumerate(zip(ubs, placed)):
-        print(format_ubatch_kv(k, ub, streams, cells))
+        print(format_ubatch_kv(k, ub, streams, cells, None if placed_swa is None else placed_swa[k][1]))
         where.update(((int(s), int(c)), k) for s, c in zip(streams, cells))
+        if placed_swa is not None:
+            where_swa.update(((int(s), int(c)), k) for s, c in zip(*placed_swa[k]))
     out_ids = [int(b) for ub in ubs for b in ub.batch_idxs[ub.output.astype(bool)]]
     print(f"out_ids: {out_ids}")
     print("KV cells (u = ubatch that wrote them; s = seq ids, p = positions, in cell order):")
-    for st in range(kv.n_stream):
-        runs = stream_runs(kv.cells(st), where, st)
-        print(f"  stream {st}: {kv.used(st)}/{kv.size} used, head {kv.head(st)}" + ("" if runs else " (empty)"))
-        for r in runs:
-            print(f"    {r}")
+    caches = [("", kv if not ctx.n_swa else kv.base, where)]
+    if ctx.n_swa:
+        caches = [("full cache ", kv.base, where), (f"sliding cache (window {ctx.n_swa}) ", kv.swa, where_swa)]
+    for title, cache, w in caches:
+        if title:
+            print(f" {title.strip()}:")
+        for st in range(cache.n_stream):
+            runs = stream_runs(cache.cells(st), w, st)
+            print(f"  stream {st}: {cache.used(st)}/{cache.size} used, head {cache.head(st)}" + ("" if runs else " (empty)"))
+            for r in runs:
+                print(f"    {r}")
     if args.png:
         return write_kv_png(args, batch, ubs, out_ids, ctx, where, placed)
     return 0

@@ -1,4 +1,4 @@
 """Shared by every layer: the exception types and the size limits."""
-from ubatch.common.errors import BatchError, KVCacheFullError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, KVCacheFullError, RewindError, SplitError, UbatchError
 
-__all__ = ["BatchError", "KVCacheFullError", "SplitError", "UbatchError"]
+__all__ = ["BatchError", "KVCacheFullError", "RewindError", "SplitError", "UbatchError"]

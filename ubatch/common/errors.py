@@ -28,3 +28,22 @@ class KVCacheFullError(UbatchError):
     """No KV slot for the batch; memory left unchanged (llama.cpp: decode returns 1)."""
 
     code = 1
+
+
+class RewindError(UbatchError, ValueError):
+    """A sequence operation or decode would need positions the sliding-window cache has already evicted
+    (e.g. seq_rm back past the window, then decoding from there). Nothing was changed. llama.cpp accepts
+    it and computes wrong logits, or restarts automatic positions at 0.
+
+    seq_id:          the sequence
+    first_available: its first position still held by the sliding cache (-1: none left)
+    rewind_min:      how far back it can be rewound (memory.seq_rewind_min(seq_id))
+    """
+
+    code = -1
+
+    def __init__(self, message: str, seq_id: int = -1, first_available: int = -1, rewind_min: int = -1) -> None:
+        super().__init__(message)
+        self.seq_id = seq_id
+        self.first_available = first_available
+        self.rewind_min = rewind_min

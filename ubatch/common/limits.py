@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import os
 
+from ubatch._ffi import lib
+
+# from the C header (csrc/common/ub_common.h), one definition
+LLAMA_MAX_SEQ: int = int(lib.UB_MAX_SEQ)        # sequence ids 0..255; width of a sequence set
+MAX_TOKENS: int = int(lib.UB_MAX_TOKENS)        # the most rows a batch may have
+KV_CELL_BYTES: int = int(lib.ub_kv_cell_bytes())  # metadata bytes per KV cell (csrc/memory)
+
 
 def physical_memory() -> int:
     """Bytes of RAM of this machine (1 TiB when unknown)."""

@@ -1,9 +1,14 @@
-"""Context: llama.cpp's decode loop (llama_context::decode) on top of the allocator and the KV cache.
+"""Context: llama.cpp's decode loop (llama_context::decode) on top of the allocator and a memory.
 
-decode(batch) = allocator init (cache as memory: continuity checks, automatic positions) -> split by
-the strategy the cache needs -> dry-run placement of every ubatch with exact rollback -> pending
-update (stream copies, K-shift) -> apply ubatch by ubatch (computing each when a model is attached)
--> output bookkeeping. With model=None it is a planning-only context: everything but the compute.
+decode(batch) = allocator init (the memory answers the continuity checks and automatic positions) ->
+memory.init_batch (the split this memory needs + a dry run of every ubatch; ubatch/memory/protocol.py) ->
+memory.begin (one transaction; the pending update of stream copies / K-shift handed to the runner) ->
+apply ubatch by ubatch (computing each when a model is attached) -> commit, or rollback on any failure ->
+output bookkeeping. With model=None it is a planning-only context: everything but the compute.
+
+The memory is a KVCache, or with a sliding window (the model's n_swa > 0, or Context(None, n_swa=...)) the
+two-cache KVCacheISWA (full cache for the global layers, sliding cache for the others, sized as llama.cpp
+with swa_full, default True as llama_context_default_params).
 
 Deliberate differences from llama.cpp (0c1e570):
 * a batch larger than n_batch raises BatchError (llama.cpp aborts);
@@ -16,24 +21,27 @@ Deliberate differences from llama.cpp (0c1e570):
   flag differs), and the previous outputs remain readable (llama.cpp drops their pending reorder);
 * a failure during compute (any ubatch, or the K-shift before it) rolls the whole batch back: cells,
   heads, the pending update and the K/V data of every cell written are as before the call (llama.cpp
-  keeps the earlier ubatches and removes the failing ubatch's sequences from their first position on).
+  keeps the earlier ubatches and removes the failing ubatch's sequences from their first position on);
+* with the two-cache memory, an operation that would leave a sequence needing positions the sliding
+  cache already evicted (seq_rm back past the window, then decoding from there) raises RewindError and
+  changes nothing; llama.cpp computes wrong logits there, or restarts automatic positions at 0.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import inspect
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.container import Batch
-from ubatch.common.errors import BatchError, SplitError, UbatchError
-from ubatch.memory.kv_cache import KV_CELL_BYTES, KVCache, _locked, plan_slots
-from ubatch.common.limits import check_bytes
 from ubatch.batch.ubatch_view import UBatch
-
-LLAMA_MAX_SEQ = 256
-POOLING = ("none", "mean", "cls", "last")
-KV_TYPES = ("f32", "f16")
+from ubatch.common.errors import BatchError, UbatchError
+from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
+from ubatch.common.params import KV_TYPES, POOLING
+from ubatch.common.validate import check_int
+from ubatch.memory.iswa import KVCacheISWA, swa_cache_size
+from ubatch.memory.kv_cache import SWA_TYPES, KVCache, _locked, plan_slots
 
 
 def _pad(n: int, k: int) -> int:
@@ -41,12 +49,28 @@ def _pad(n: int, k: int) -> int:
 
 
 def _int(name: str, v, lo: int = 0) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    v = int(v)
-    if v < lo or v > 2**31 - 1:
-        raise ValueError(f"{name} = {v} must be in [{lo}, {2**31 - 1}]")
-    return v
+    return check_int(name, v, lo)
+
+
+def _accepts(fn, name: str) -> bool:
+    """True when callable fn takes a parameter called `name` (runner capabilities, e.g. kv_size_swa)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _swa_layers(n_swa: int, swa_layers, swa_pattern, n_layer: Optional[int]) -> Optional[Tuple[bool, ...]]:
+    """The per-layer sliding flags: given, or from a pattern (layer il slides when il % pattern <
+    pattern - 1, llama.cpp's set_swa_pattern) over n_layer layers."""
+    if swa_layers is not None:
+        return tuple(bool(x) for x in swa_layers)
+    if swa_pattern is not None:
+        pattern = _int("swa_pattern", swa_pattern, 1)
+        if n_layer is None:
+            return None
+        return tuple(il % pattern < pattern - 1 for il in range(n_layer))
+    return None
 
 
 def _check_size(n_ctx: int, n_stream: int, n_ctx_seq: int, model, type_k: str, type_v: str) -> None:
@@ -75,7 +99,10 @@ class Context:
     def __init__(self, model=None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_seq_max: int = 1, kv_unified: bool = False, embeddings: bool = False, pooling: str = "none",
                  type_k: str = "f32", type_v: str = "f32", n_threads: Optional[int] = None,
-                 causal_attn: bool = True, flash_attn: int = -1) -> None:
+                 causal_attn: bool = True, flash_attn: int = -1, n_swa: Optional[int] = None,
+                 swa_type: str = "standard", swa_full: bool = True,
+                 swa_layers: Optional[Sequence[bool]] = None, swa_pattern: Optional[int] = None,
+                 n_layer: Optional[int] = None) -> None:
         n_ctx = _int("n_ctx", n_ctx)
         n_batch = _int("n_batch", n_batch, 1)
         n_ubatch = _int("n_ubatch", n_ubatch)
@@ -129,18 +156,46 @@ class Context:
         self.flash_attn: int = int(flash_attn)
         self.model = model
 
+        # the sliding window: the model's (n_swa > 0 -> the two-cache memory), or simulated without a model
+        if model is not None:
+            if n_swa is not None or swa_layers is not None or swa_pattern is not None:
+                raise ValueError("n_swa / swa_layers / swa_pattern simulate a sliding window without a model; "
+                                 "with a model they come from the model")
+            n_swa = int(getattr(model, "n_swa", 0) or 0)
+            swa_layers = getattr(model, "swa_layers", None)
+            n_layer = getattr(model, "n_layer", None)
+        n_swa = 0 if n_swa is None else _int("n_swa", n_swa)
+        if n_swa > 0 and (swa_type not in SWA_TYPES or swa_type == "none"):
+            raise ValueError(f"swa_type must be one of {sorted(t for t in SWA_TYPES if t != 'none')}, got {swa_type!r}")
+        self.n_swa: int = n_swa
+        self.swa_type: str = swa_type if n_swa > 0 else "none"
+        self.swa_full: bool = bool(swa_full)
+        self.swa_layers = _swa_layers(n_swa, swa_layers, swa_pattern, n_layer) if n_swa > 0 else None
+
         n_stream = 1 if kv_unified else n_seq_max
-        _check_size(n_ctx, n_stream, n_ctx_seq, model, type_k, type_v)
-        self._kv = KVCache(n_stream, n_ctx_seq)
-        self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the cache
+        n_ctx_swa = swa_cache_size(n_ctx_seq, n_swa, n_seq_max=n_seq_max, unified=self.kv_unified,
+                                   n_ubatch=n_ubatch, swa_full=self.swa_full) if n_swa > 0 else 0
+        self.n_ctx_swa: int = n_ctx_swa           # cells per stream of the sliding cache (0: none)
+        _check_size(n_ctx, n_stream, n_ctx_seq + n_ctx_swa, model, type_k, type_v)
+        if n_swa > 0:
+            self._kv: Union[KVCache, KVCacheISWA] = KVCacheISWA(n_stream, n_ctx_seq, n_ctx_swa, n_swa=n_swa,
+                                                                  swa_type=swa_type, swa_layers=self.swa_layers)
+        else:
+            self._kv = KVCache(n_stream, n_ctx_seq)
+        self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the memory
         self._runner = None
+        self._runner_swa = False          # the runner keeps the sliding layers' K/V in their own cache
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
         if model is not None:
             from ubatch.compute.runner import ModelRunner   # issue 4; only needed with a model
 
+            extra = {}
+            if n_swa > 0 and _accepts(ModelRunner.__init__, "kv_size_swa"):
+                extra["kv_size_swa"] = n_ctx_swa
             self._runner = ModelRunner(model, n_stream=n_stream, kv_size=n_ctx_seq, type_k=type_k, type_v=type_v,
-                                       n_threads=n_threads, embeddings=self.embeddings, pooling=pooling)
+                                       n_threads=n_threads, embeddings=self.embeddings, pooling=pooling, **extra)
+            self._runner_swa = bool(extra) and _accepts(self._runner.update, "swa_copies")
             self._n_vocab = int(self._runner.n_vocab)
             self._n_pos = int(getattr(model, "n_pos_per_embd", 1))
         self._allocs: Dict[int, BatchAllocator] = {}
@@ -154,7 +209,9 @@ class Context:
         self._reorder = None    # pending permutation (= the selection-sort swaps); False: not derived yet
         self._embd_seq: Dict[int, np.ndarray] = {}
         self._last_ubatches: List[UBatch] = []
-        self._last_plan: tuple = ((), b"")             # KVCache._plan_raw() of the last decode
+        self._last_plan: tuple = ((), b"")             # memory.plan_record() of the last decode
+        self._last_plan_swa: Optional[tuple] = None    # memory.swa_plan_record() (two-cache memory)
+        self._last_split: Optional[str] = None         # the split the memory chose (protocol.SPLIT_NAMES)
         self._last_placements: Optional[List[Tuple[np.ndarray, np.ndarray]]] = []
 
     # ------------------------------------------------------------------ lifetime
@@ -175,7 +232,8 @@ class Context:
 
     # ------------------------------------------------------------------ properties
     @property
-    def memory(self) -> KVCache:
+    def memory(self) -> Union[KVCache, KVCacheISWA]:
+        """The memory (KVCache; KVCacheISWA with a sliding window: .base and .swa, describe() reports both)."""
         return self._kv
 
     @property
@@ -193,6 +251,20 @@ class Context:
         if self._last_placements is None:
             self._last_placements = plan_slots(self._last_plan)
         return list(self._last_placements)
+
+    @property
+    def last_split(self) -> Optional[str]:
+        """The split the memory chose for the last successful decode ("simple", "equal",
+        "equal_sequential" or "seq"; None before one)."""
+        return self._last_split
+
+    @property
+    @_locked
+    def last_placements_swa(self) -> Optional[List[Tuple[np.ndarray, np.ndarray]]]:
+        """As last_placements, in the sliding cache of a two-cache memory (None without one)."""
+        if self._last_plan_swa is None:
+            return None
+        return plan_slots(self._last_plan_swa)
 
     @property
     @_locked
@@ -228,36 +300,6 @@ class Context:
         return a
 
     # ------------------------------------------------------------------ decode
-    def _split(self, alloc: BatchAllocator) -> List[UBatch]:
-        kv = self._kv
-        pooled = self.embeddings and self.pooling != "none"
-        if kv.n_stream > 1 and alloc.has_coupled:
-            raise SplitError("split_equal: sequential split is not supported when there are coupled sequences in "
-                             "the input batch (you may need to use kv_unified=True)")
-        alloc.split_reset()
-        ubs: List[UBatch] = []
-        while True:
-            if pooled:
-                ub = alloc.split_seq(self.n_ubatch)
-            elif kv.n_stream == 1:
-                ub = alloc.split_simple(self.n_ubatch)
-            else:
-                ub = alloc.split_equal(self.n_ubatch, sequential=True, strict=False)
-            if ub is None:
-                break
-            ubs.append(ub)
-        if alloc.n_used < alloc.n_tokens:
-            raise SplitError(f"the batch could not be split: {alloc.n_used} of {alloc.n_tokens} tokens placed")
-        if pooled and len(ubs) > 1:
-            seen: Dict[int, int] = {}
-            for k, ub in enumerate(ubs):
-                for s in ub.seq_id_unq.tolist():
-                    if s in seen:
-                        raise BatchError(f"pooled embeddings: sequence {s} does not fit in one ubatch "
-                                         f"(n_ubatch = {self.n_ubatch}); it spans ubatches {seen[s]} and {k}")
-                    seen[s] = k
-        return ubs
-
     @_locked
     def decode(self, batch: Batch) -> int:
         """Decodes one batch; returns 0. Raises BatchError (-1), SplitError / KVCacheFullError (1); on
@@ -276,43 +318,43 @@ class Context:
         if not self.causal_attn and alloc.n_tokens > self.n_ubatch:
             raise BatchError(f"non-causal attention requires n_ubatch >= n_tokens: n_tokens = {alloc.n_tokens} > "
                              f"n_ubatch = {self.n_ubatch} (llama.cpp aborts here)")
-        ubs = self._split(alloc)
-        kv = self._kv
-        kv._prepare(ubs)                               # raises KVCacheFullError; cache unchanged
+        mem = self._kv
+        pooled = self.embeddings and self.pooling != "none"
+        plan = mem.init_batch(alloc, self.n_ubatch, self.embeddings, whole_seqs=pooled)   # memory unchanged on error
+        ubs = plan.ubatches
 
-        # A failure from here on (K-shift, stream copies, any ubatch's compute) puts the cache back to
-        # its state before this call: cells/heads through the KV journal, K/V data through saved rows,
-        # and a pending update through a snapshot taken only when one is pending (after seq_add/seq_cp).
-        pending = None
-        if kv.has_pending_update():
-            pending = (kv.snapshot(), self._runner.snapshot_kv() if self._runner is not None else None)
+        # One transaction from here on: a failure (K-shift, stream copies, any ubatch's compute) rolls the memory
+        # back through its journal (the pending update included), and the runner's K/V data through the rows it
+        # saved (and a snapshot taken only when an update is applied to it).
+        runner = self._runner
+        update = mem.begin(plan)
         results = []
         undo = []
+        kv_snap = None
         try:
-            copies, shift = kv.take_update()          # llama.cpp's memory_update
-            if self._runner is not None and (copies or shift is not None):
-                self._runner.update(copies, shift)
-            kv._begin()
-            try:
-                for i, ub in enumerate(ubs):
-                    kv._apply(i, ub)
-                    if self._runner is not None:
-                        place = kv._placement(i, ub, causal=self.causal_attn)
-                        undo.append(self._runner.save_cells(place))
-                        results.append(self._runner.compute(ub, place))
-            except BaseException:
-                kv._rollback()
-                raise
+            if runner is not None and not update.empty:
+                kv_snap = runner.snapshot_kv()
+                if self._runner_swa:
+                    runner.update(update.copies, update.shift, update.swa_copies, update.swa_shift)
+                else:
+                    runner.update(update.copies, update.shift)
+            for i, ub in enumerate(ubs):
+                mem.apply(plan, i)
+                if runner is not None:
+                    place = mem.placement(plan, i, self.causal_attn, swa=self._runner_swa)
+                    undo.append(runner.save_cells(place))
+                    results.append(runner.compute(ub, place))
         except BaseException:
+            mem.rollback(plan)
             for saved in reversed(undo):
-                self._runner.restore_cells(saved)
-            if pending is not None:
-                kv.restore(pending[0])
-                if pending[1] is not None:
-                    self._runner.restore_kv(pending[1])
+                runner.restore_cells(saved)
+            if kv_snap is not None:
+                runner.restore_kv(kv_snap)
             raise
-        kv._commit()
-        self._last_plan = kv._plan_raw()               # one copy of the slot arrays (no mask)
+        mem.commit(plan)
+        self._last_plan = mem.plan_record()             # one copy of the slot arrays (no mask)
+        self._last_plan_swa = mem.swa_plan_record()
+        self._last_split = plan.split
         self._last_placements = None                    # unpacked on first use
         self._finish(alloc, ubs, results)
         return 0

@@ -14,21 +14,13 @@ import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.common.errors import KVCacheFullError, UbatchError
-from ubatch.common.limits import check_bytes
+from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
+from ubatch.common.validate import I32_MAX as _I32_MAX, check_int as _int
 from ubatch.memory.placement import Placement
+from ubatch.memory.protocol import (MemoryPlan, MemoryUpdate, cache_split, check_coupled, split_all,
+                                    whole_seqs_split)
 
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 SWA_TYPES = {"none": 0, "standard": 1, "chunked": 2, "symmetric": 3}
-KV_CELL_BYTES = 52      # per cell in C (ub_kv_new): pos, shift, ext[2] int32, seq 4 x uint64, epoch uint32
-
-
-def _int(name: str, v, lo: int = _I32_MIN, hi: int = _I32_MAX) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    v = int(v)
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} = {v} is outside [{lo}, {hi}]")
-    return v
 
 
 def _locked(method):
@@ -85,7 +77,7 @@ class KVCache:
     def __init__(self, n_stream: int, size: int, *, swa_type: str = "none", n_swa: int = 0) -> None:
         self._lock = threading.RLock()
         self._h = None
-        n_stream = _int("n_stream", n_stream, 1, 256)
+        n_stream = _int("n_stream", n_stream, 1, LLAMA_MAX_SEQ)
         size = _int("size", size, 1)
         if swa_type not in SWA_TYPES:
             raise ValueError(f"swa_type must be one of {sorted(SWA_TYPES)}, got {swa_type!r}")
@@ -171,9 +163,21 @@ class KVCache:
         return int(self._i32[0])
 
     @_locked
+    def seq_pos_ge(self, s: int, p: int) -> int:
+        """Smallest position >= p of sequence s in the cache, -1 if none (O(log n))."""
+        self._check(lib.ub_kv_seq_pos_ge(self._handle(), _int("seq_id", s), _int("p", p), self._i32))
+        return int(self._i32[0])
+
+    @_locked
+    def seq_pos_lt(self, s: int, p: int) -> int:
+        """Largest position < p of sequence s in the cache, -1 if none (O(log n))."""
+        self._check(lib.ub_kv_seq_pos_lt(self._handle(), _int("seq_id", s), _int("p", p), self._i32))
+        return int(self._i32[0])
+
+    @_locked
     def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
         """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
-        n = _int("n", n, 0, 256)
+        n = _int("n", n, 0, LLAMA_MAX_SEQ)
         mn = np.empty(n, np.int32)
         mx = np.empty(n, np.int32)
         if n:
@@ -316,7 +320,77 @@ class KVCache:
         """True when the current state is identical to the snapshot."""
         return bool(lib.ub_kv_snap_equal(self._handle(), snap._h))
 
-    # ------------------------------------------------------------------ planning (used by Context)
+    # ------------------------------------------------------------------ the memory protocol (protocol.py)
+    @_locked
+    def init_batch(self, alloc, n_ubatch: int, embd_all: bool = False, *, whole_seqs: bool = False) -> MemoryPlan:
+        """Splits the initialised batch the way this cache needs (whole_seqs: split_seq, every sequence in
+        one ubatch) and dry-runs every ubatch. Raises SplitError / BatchError / KVCacheFullError; the cache
+        is unchanged either way. embd_all (llama.cpp's argument) does not change a KV cache's split."""
+        if whole_seqs:
+            split = "seq"
+            ubs = whole_seqs_split(alloc, n_ubatch)
+        else:
+            check_coupled(alloc, self._n_stream)
+            split = cache_split(self._n_stream)
+            ubs = split_all(alloc, n_ubatch, split)
+        self._prepare(ubs)
+        return MemoryPlan(ubs, self, split)
+
+    def _own(self, plan: MemoryPlan) -> None:
+        if plan.memory is not self or not self._plan or self._plan is not plan.ubatches:
+            raise UbatchError("this plan is not the KV cache's current plan (call init_batch again)")
+
+    @_locked
+    def begin(self, plan: MemoryPlan) -> MemoryUpdate:
+        """Opens the transaction of a decode and hands out the pending update (taken inside it, so a
+        rollback makes it pending again)."""
+        self._own(plan)
+        self._begin()
+        try:
+            copies, shift = self.take_update()
+        except BaseException:
+            self._rollback()
+            raise
+        return MemoryUpdate(copies, shift)
+
+    @_locked
+    def apply(self, plan: MemoryPlan, i: int) -> None:
+        """apply_ubatch of the plan's ubatch i (inside begin ... commit / rollback)."""
+        self._apply(i, plan.ubatches[i])
+
+    @_locked
+    def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = False) -> Placement:
+        """Where the plan's ubatch i went and its KQ mask (call right after apply(plan, i)). `swa` is the
+        two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
+        return self._placement(i, plan.ubatches[i], causal)
+
+    @_locked
+    def commit(self, plan: MemoryPlan) -> None:
+        self._commit()
+
+    @_locked
+    def rollback(self, plan: MemoryPlan) -> None:
+        """Undoes everything since begin(plan) exactly (cells, heads, used counts, shifts, copy queue)."""
+        self._rollback()
+
+    def swa_plan_record(self) -> None:
+        """A single cache has no sliding cache."""
+        return None
+
+    def plan_record(self) -> Tuple[Tuple[Tuple[int, int], ...], bytes]:
+        """The current plan's slots, copied cheaply (unpack with plan_slots); the caller holds the lock."""
+        return self._plan_raw()
+
+    def describe(self) -> dict:
+        """What ctx.memory reports: one entry per cache (here one)."""
+        return {"caches": [self._describe("kv")]}
+
+    @_locked
+    def _describe(self, name: str) -> dict:
+        return {"name": name, "n_stream": self._n_stream, "size": self._size, "swa_type": self.swa_type,
+                "n_swa": self.n_swa, "used": [self.used(s) for s in range(self._n_stream)]}
+
+    # ------------------------------------------------------------------ planning internals
     @_locked
     def _prepare(self, ubs: Sequence) -> None:
         """Dry run: finds a slot for every ubatch in turn (each placed before the next is searched),
@@ -325,7 +399,7 @@ class KVCache:
         ptrs = ffi.new("ub_ubatch *[]", [u._ptr for u in ubs]) if ubs else ffi.NULL
         failed = ffi.new("int32_t *")
         st = lib.ub_kv_prepare(h, ptrs, len(ubs), failed)
-        self._plan = list(ubs) if st == lib.UB_OK else []
+        self._plan = (ubs if isinstance(ubs, list) else list(ubs)) if st == lib.UB_OK else []
         if st == lib.UB_E_KVFULL:
             raise KVCacheFullError(f"failed to find a memory slot for ubatch {failed[0]} of {len(ubs)}: {self._msg()}")
         self._check(st)

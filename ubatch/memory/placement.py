@@ -16,12 +16,15 @@ class Placement:
     n_kv:    int                  llama.cpp's n_kv: min(size, max(256, roundup(used_max_p1, 256))), max over streams
     mask:    float32[ns, per, n_kv]  0 or -inf; row r of group k is ubatch row k*per + r, column j is cell j
                                   of stream streams[k]
+    swa:     the sliding cache's Placement of the same ubatch (two-cache memory, KVCacheISWA), else None;
+             its mask applies the window (0 <= p_q - p_k < n_swa for the standard type)
     """
 
     streams: np.ndarray
     cells: np.ndarray
     n_kv: int
     mask: np.ndarray
+    swa: Optional["Placement"] = None
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The memory protocol (llama.cpp's llama_memory_i + memory->init_batch): what the decode loop, `ubatch plan
+--kv` and the tests use to drive a memory, whichever it is (KVCache, KVCacheISWA).
+
+    plan = memory.init_batch(alloc, n_ubatch, embd_all, whole_seqs=...)  # split (the rule this memory needs)
+                                                   # + dry run of every ubatch; raises SplitError /
+                                                   # KVCacheFullError / BatchError with the memory unchanged
+    update = memory.begin(plan)                    # opens the one transaction; hands out the pending update
+                                                   # (stream copies, K-shift) for the K/V data
+    memory.apply(plan, i)                          # apply_ubatch of ubatch i
+    place = memory.placement(plan, i, causal)      # where it went + the KQ mask (Placement; .swa for iSWA)
+    memory.commit(plan) | memory.rollback(plan)    # rollback: every change since begin undone exactly,
+                                                   # the pending update included
+    memory.seq_rm / seq_cp / seq_keep / seq_add / seq_div / clear, seq_pos_min / seq_pos_max, n_seq
+
+Rollback has one path: the C journal of each cache (cells, heads, used counts, shifts, copy queue), opened
+by begin and closed by commit or rollback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ubatch.batch.ubatch_view import UBatch
+from ubatch.common.errors import BatchError, SplitError
+
+
+@dataclass
+class MemoryUpdate:
+    """The pending update handed out by begin(): what the K/V data must undergo before the first ubatch.
+
+    copies:      (src_stream, dst_stream) stream copies, in order (full cache)
+    shift:       int32[n_stream, size] per-cell RoPE delta, or None (full cache)
+    swa_copies / swa_shift: the same for the sliding cache of a two-cache memory (None otherwise)
+    """
+
+    copies: List[Tuple[int, int]]
+    shift: Optional[np.ndarray]
+    swa_copies: Optional[List[Tuple[int, int]]] = None
+    swa_shift: Optional[np.ndarray] = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.copies and self.shift is None and not self.swa_copies and self.swa_shift is None
+
+
+class MemoryPlan:
+    """What init_batch returns: the ubatches of one batch, each with a slot found by a successful dry run
+    in every cache of the memory. Valid until the memory changes (the next init_batch or seq op)."""
+
+    __slots__ = ("ubatches", "memory", "split")
+
+    def __init__(self, ubatches: List[UBatch], memory, split: str) -> None:
+        self.ubatches = ubatches
+        self.memory = memory
+        self.split = split            # the split used: "simple", "equal", "equal_sequential" or "seq"
+
+    def __len__(self) -> int:
+        return len(self.ubatches)
+
+    def __repr__(self) -> str:
+        return f"MemoryPlan({len(self.ubatches)} ubatches, split {self.split})"
+
+
+SPLIT_NAMES = {"simple": "split_simple", "equal": "split_equal", "equal_sequential": "split_equal(sequential)",
+               "seq": "split_seq"}
+
+
+def split_all(alloc, n_ubatch: int, split: str) -> List[UBatch]:
+    """Cuts the whole (initialised) batch with one strategy; SplitError when tokens are left over.
+    split_equal is llama.cpp-exact (strict=False: a ubatch may hold n_ubatch + 1 tokens)."""
+    alloc.split_reset()
+    ubs: List[UBatch] = []
+    while True:
+        if split == "simple":
+            ub = alloc.split_simple(n_ubatch)
+        elif split == "seq":
+            ub = alloc.split_seq(n_ubatch)
+        else:
+            ub = alloc.split_equal(n_ubatch, sequential=split == "equal_sequential", strict=False)
+        if ub is None:
+            break
+        ubs.append(ub)
+    if alloc.n_used < alloc.n_tokens:
+        raise SplitError(f"the batch could not be split: {alloc.n_used} of {alloc.n_tokens} tokens placed")
+    return ubs
+
+
+def check_coupled(alloc, n_stream: int) -> None:
+    """Per-sequence streams cannot hold a row shared by several sequences (llama.cpp's message)."""
+    if n_stream > 1 and alloc.has_coupled:
+        raise SplitError("split_equal: sequential split is not supported when there are coupled sequences in "
+                         "the input batch (you may need to use kv_unified=True)")
+
+
+def whole_seqs_split(alloc, n_ubatch: int) -> List[UBatch]:
+    """Pooled embeddings: split_seq, and every sequence must be whole in one ubatch (BatchError naming it;
+    llama.cpp silently overwrites the pooled row of a sequence spanning several ubatches)."""
+    ubs = split_all(alloc, n_ubatch, "seq")
+    if len(ubs) > 1:
+        seen: Dict[int, int] = {}
+        for k, ub in enumerate(ubs):
+            for s in ub.seq_id_unq.tolist():
+                if s in seen:
+                    raise BatchError(f"pooled embeddings: sequence {s} does not fit in one ubatch "
+                                     f"(n_ubatch = {n_ubatch}); it spans ubatches {seen[s]} and {k}")
+                seen[s] = k
+    return ubs
+
+
+def cache_split(n_stream: int) -> str:
+    """The split a single KV cache needs (llama_kv_cache::init_batch): one stream -> split_simple,
+    one stream per sequence -> split_equal(sequential)."""
+    return "simple" if n_stream == 1 else "equal_sequential"
+
+
+__all__ = ["MemoryPlan", "MemoryUpdate", "SPLIT_NAMES", "cache_split", "check_coupled", "split_all",
+           "whole_seqs_split"]
