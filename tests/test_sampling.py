@@ -125,7 +125,8 @@ def test_repeat_penalty_changes_the_greedy_choice():
 def test_batch_and_thread_invariance():
     rng = np.random.default_rng(1)
     L = rng.standard_normal((32, 20000)).astype(np.float32) * 3
-    ps = [SamplingParams(temperature=0.9, top_k=int(k), repeat_penalty=1.2).validated() for k in rng.integers(0, 60, 32)]
+    ps = [SamplingParams(temperature=0.9, top_k=int(k), repeat_penalty=1.2).validated()
+          for k in rng.integers(0, 60, 32)]
     hist = [rng.integers(0, 20000, 30).astype(np.int32) for _ in range(32)]
     sb = SampleBatch()
     for i in range(32):
