@@ -72,7 +72,7 @@ def instrument(ctx, batcher) -> Timers:
     T = Timers()
     kv = ctx.memory
     T.wrap(ctx, "decode", "decode")
-    T.wrap(ctx, "_split", "split")
+    T.wrap(kv, "_split", "split")               # the memory's split (memory.init_batch)
     T.wrap(kv, "_prepare", "kv_prepare")
     T.wrap(kv, "_apply", "kv_apply")
     T.wrap(kv, "_placement", "placement")

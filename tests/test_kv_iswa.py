@@ -271,3 +271,25 @@ def test_context_with_todays_runner_keeps_sliding_layers_on_the_full_cache(monke
     from fake_runner import FakeRunner
     assert all(p.swa is None for p in FakeRunner.instances[-1].placements)
     assert isinstance(c.memory, KVCacheISWA)
+
+
+def test_call_order_is_one_error_type():
+    """A call made in the wrong order raises CallOrderError (a UbatchError and a ValueError) everywhere."""
+    from kv_helpers import plan as make_plan
+
+    from ubatch import BatchAllocator, CallOrderError, KVCache
+
+    with pytest.raises(CallOrderError, match="split called before a successful init"):
+        BatchAllocator().split_simple(4)
+    for mem in (KVCache(1, 64), KVCacheISWA(1, 64, 32, n_swa=4)):
+        old = make_plan(mem, [0, 1, 2], [0, 0, 0])
+        new = make_plan(mem, [0, 1], [1, 1])
+        with pytest.raises(CallOrderError, match="current plan"):
+            mem.begin(old)
+        mem.begin(new)
+        with pytest.raises(CallOrderError, match="already open"):
+            mem.begin(new)
+        mem.rollback(new)
+        with pytest.raises(CallOrderError, match="no KV transaction"):
+            mem.commit(new)
+    assert issubclass(CallOrderError, ubatch.UbatchError) and issubclass(CallOrderError, ValueError)

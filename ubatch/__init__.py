@@ -1,6 +1,6 @@
 """ubatch: llama.cpp's batch planner — batch validation, split strategies, KV-cache placement and the
 decode loop — with the hot paths in C (CFFI)."""
-from ubatch.common.errors import BatchError, KVCacheFullError, RewindError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, CallOrderError, KVCacheFullError, RewindError, SplitError, UbatchError
 from ubatch.batch.container import Batch
 from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.ubatch_view import UBatch
@@ -13,6 +13,6 @@ from ubatch.model.gguf_model import Model
 from ubatch import models
 from ubatch.tokenizer import Tokenizer
 
-__all__ = ["Batch", "BatchAllocator", "BatchError", "Completion", "ComputeResult", "Context", "LLM", "KVCacheFullError",
-           "KVCache", "KVCacheISWA", "Model", "Placement", "models", "RewindError", "SplitError", "Tokenizer", "UBatch",
-           "UbatchError"]
+__all__ = ["Batch", "BatchAllocator", "BatchError", "CallOrderError", "Completion", "ComputeResult", "Context", "LLM",
+           "KVCacheFullError", "KVCache", "KVCacheISWA", "Model", "Placement", "models", "RewindError", "SplitError",
+           "Tokenizer", "UBatch", "UbatchError"]

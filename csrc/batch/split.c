@@ -85,7 +85,7 @@ static ub_norm *split_begin(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     *status = UB_OK;
     if (!a) { *status = UB_E_ARG; return NULL; }
     a->err[0] = 0;
-    if (!a->cur) { *status = ub_alloc_fail(a, UB_E_ARG, "split called before a successful init"); return NULL; }
+    if (!a->cur) { *status = ub_alloc_fail(a, UB_E_ORDER, "split called before a successful init"); return NULL; }
     if (n_ubatch < 1) { *status = ub_alloc_fail(a, UB_E_ARG, "n_ubatch must be >= 1, got %d", n_ubatch); return NULL; }
     return a->cur;
 }
@@ -106,7 +106,7 @@ static ub_ubatch *finish(ub_alloc *a, ub_norm *nb, const int32_t *idxs, int32_t 
 
 int ub_alloc_split_reset(ub_alloc *a) {
     if (!a) return UB_E_ARG;
-    if (!a->cur) return ub_alloc_fail(a, UB_E_ARG, "split_reset called before a successful init");
+    if (!a->cur) return ub_alloc_fail(a, UB_E_ORDER, "split_reset called before a successful init");
     ub_norm_split_reset(a->cur);
     return UB_OK;
 }

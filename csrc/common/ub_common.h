@@ -21,7 +21,8 @@ enum {
     UB_OK = 0,
     UB_E_BATCH = -1,      /* invalid batch (llama.cpp: init failed, decode returns -1) */
     UB_E_NOMEM = -2,      /* allocation failed */
-    UB_E_ARG = -3,        /* invalid argument (bad n_ubatch, call order, ...) */
+    UB_E_ARG = -3,        /* invalid argument (bad n_ubatch, bad id, ...) */
+    UB_E_ORDER = -4,      /* a call made in the wrong order (split before init, nested transaction, ...) */
     UB_E_SPLIT = 1,       /* the tokens cannot be cut into ubatches */
     UB_E_KVFULL = 2       /* no KV slot for a ubatch */
 };

@@ -132,7 +132,7 @@ void kv_touch_stream(ub_kv *kv, int32_t st) {
 }
 
 int ub_kv_begin(ub_kv *kv) {
-    if (kv->txn) return kv_fail(kv, UB_E_ARG, "a KV transaction is already open");
+    if (kv->txn) return kv_fail(kv, UB_E_ORDER, "a KV transaction is already open");
     kv->txn = 1;
     kv->epoch++;
     if (kv->epoch == 0) {   /* wrapped: clear every tag once */
@@ -147,7 +147,7 @@ int ub_kv_begin(ub_kv *kv) {
 }
 
 int ub_kv_commit(ub_kv *kv) {
-    if (!kv->txn) return kv_fail(kv, UB_E_ARG, "no KV transaction is open");
+    if (!kv->txn) return kv_fail(kv, UB_E_ORDER, "no KV transaction is open");
     kv->txn = 0;
     return UB_OK;
 }
@@ -169,7 +169,7 @@ static void cell_pairs(ub_kv *kv, const uint64_t *set, int32_t pos, int add) {
  * are replayed in two passes (first every journaled cell's current pairs leave, then its saved pairs
  * come back), so the maps never hold more pairs than before or after: no allocation, cannot fail. */
 int ub_kv_rollback(ub_kv *kv) {
-    if (!kv->txn) return kv_fail(kv, UB_E_ARG, "no KV transaction is open");
+    if (!kv->txn) return kv_fail(kv, UB_E_ORDER, "no KV transaction is open");
     kv->txn = 0;
     for (int64_t k = 0; k < kv->n_jc; k++) {
         int64_t g = kv->jc[k].g;
@@ -239,6 +239,12 @@ int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out) {
 int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out) {
     if (s < 0 || s >= kv->n_seq) return kv_fail(kv, UB_E_ARG, "invalid seq_id %d (valid: 0..%d)", s, kv->n_seq - 1);
     *out = kv_stat(kv, s)->max;
+    return UB_OK;
+}
+
+int ub_kv_seq_counts(ub_kv *kv, int32_t n, int32_t *counts) {
+    if (n < 0) return kv_fail(kv, UB_E_ARG, "negative sequence count %d", n);
+    for (int32_t s = 0; s < n; s++) counts[s] = s < kv->n_seq && s < UB_MAX_SEQ ? kv->stat[s].n : 0;
     return UB_OK;
 }
 

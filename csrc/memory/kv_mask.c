@@ -52,7 +52,7 @@ static int seq_cell_lists(ub_kv *kv, int64_t base, int32_t n_kv, int32_t *off) {
  * Cost: groups of 1-2 rows scan their n_kv cells per row; larger groups first list each seq's cells in
  * one pass, then per row fill -inf and visit only the cells of the row's seq. */
 int ub_kv_mask(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, float *out, int32_t n_kv) {
-    if (i < 0 || i >= kv->plan_n) return kv_fail(kv, UB_E_ARG, "mask: no planned slot %d", i);
+    if (i < 0 || i >= kv->plan_n) return kv_fail(kv, UB_E_ORDER, "mask: no planned slot %d", i);
     if (n_kv < 1 || n_kv > kv->size) return kv_fail(kv, UB_E_ARG, "mask: n_kv %d outside 1..%d", n_kv, kv->size);
     const int32_t ns = kv->plan_ns[i], per = kv->plan_per[i];
     if (!ub || ub->n_tokens != ns * per)

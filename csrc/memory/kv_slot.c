@@ -219,7 +219,7 @@ const int32_t *ub_kv_plan_idxs(const ub_kv *kv, int32_t i) {
 
 /* Applies plan slot i to ub (the ubatch it was planned for, same shape). */
 int ub_kv_apply(ub_kv *kv, int32_t i, const ub_ubatch *ub) {
-    if (i < 0 || i >= kv->plan_n) return kv_fail(kv, UB_E_ARG, "apply: no planned slot %d", i);
+    if (i < 0 || i >= kv->plan_n) return kv_fail(kv, UB_E_ORDER, "apply: no planned slot %d", i);
     int32_t ns, per;
     int rc = slot_shape(kv, ub, &ns, &per);
     if (rc) return rc;

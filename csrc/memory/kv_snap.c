@@ -63,7 +63,7 @@ ub_kv_snap *ub_kv_snapshot(ub_kv *kv) {
 int ub_kv_restore(ub_kv *kv, const ub_kv_snap *s) {
     if (!s || s->n_stream != kv->n_stream || s->size != kv->size)
         return kv_fail(kv, UB_E_ARG, "restore: snapshot of a different cache");
-    if (kv->txn) return kv_fail(kv, UB_E_ARG, "restore inside a KV transaction");
+    if (kv->txn) return kv_fail(kv, UB_E_ORDER, "restore inside a KV transaction");
     if (s->n_copies > kv->cap_copies) {
         int32_t *p = realloc(kv->copies, (size_t)s->n_copies * 8);
         if (!p) return kv_fail(kv, UB_E_NOMEM, "out of memory (copy queue)");

@@ -38,6 +38,8 @@ int ub_kv_seq_pos_min(ub_kv *kv, int32_t s, int32_t *out);
 int ub_kv_seq_pos_max(ub_kv *kv, int32_t s, int32_t *out);
 /* mn, mx: int32[n] caller-owned; ids >= n_seq get -1. */
 int ub_kv_seq_pos_bounds(ub_kv *kv, int32_t n, int32_t *mn, int32_t *mx);
+/* counts int32[n] caller-owned: the number of cells holding each sequence 0..n-1 (0 for ids >= n_seq). */
+int ub_kv_seq_counts(ub_kv *kv, int32_t n, int32_t *counts);
 /* Neighbours in s's position map, O(log n): the smallest position >= p (seq_pos_ge) and the largest
  * position < p (seq_pos_lt); *out = -1 when there is none. UB_E_ARG for a bad id. */
 int ub_kv_seq_pos_ge(ub_kv *kv, int32_t s, int32_t p, int32_t *out);

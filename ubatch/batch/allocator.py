@@ -9,12 +9,13 @@ import numpy as np
 from ubatch.batch import debug as _debug
 from ubatch._ffi import ffi, lib
 from ubatch.batch.container import Batch
-from ubatch.common.errors import BatchError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, CallOrderError, SplitError, UbatchError
 from ubatch.common.limits import LLAMA_MAX_SEQ
 from ubatch.common.validate import I32_MAX as _I32_MAX, check_int
 from ubatch.batch.ubatch_view import UBatch, c_array
 
-_STATUS_ERRORS = {lib.UB_E_BATCH: BatchError, lib.UB_E_SPLIT: SplitError, lib.UB_E_ARG: ValueError}
+_STATUS_ERRORS = {lib.UB_E_BATCH: BatchError, lib.UB_E_SPLIT: SplitError, lib.UB_E_ARG: ValueError,
+                  lib.UB_E_ORDER: CallOrderError}
 
 
 def _int_arg(name: str, v) -> int:
@@ -187,7 +188,7 @@ class BatchAllocator:
         h = self._h
         if h is None or not self._inited:
             self._handle()
-            raise UbatchError("split called before a successful init")
+            raise CallOrderError("split called before a successful init")
         return h
 
     def _wrap(self, ptr, status) -> Optional[UBatch]:
@@ -205,7 +206,7 @@ class BatchAllocator:
         with self._lock:
             h = self._handle()
             if not self._inited:
-                raise UbatchError("split_reset called before a successful init")
+                raise CallOrderError("split_reset called before a successful init")
             lib.ub_alloc_split_reset(h)
 
     def split_simple(self, n_ubatch: int) -> Optional[UBatch]:

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch.batch.container import KIND_EMBD, KIND_TOKEN, Batch
-from ubatch.common.errors import BatchError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, CallOrderError, SplitError, UbatchError
 
 from ubatch.common.limits import LLAMA_MAX_SEQ
 from ubatch.common.validate import I32_MAX as _I32_MAX, I32_MIN as _I32_MIN
@@ -341,7 +341,7 @@ class ReferenceAllocator:
     # ================================================================== read access
     def _state(self, what: str = "split") -> _State:
         if self._st is None:
-            raise UbatchError(f"{what} called before a successful init")
+            raise CallOrderError(f"{what} called before a successful init")
         return self._st
 
     @property

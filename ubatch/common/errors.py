@@ -47,3 +47,10 @@ class RewindError(UbatchError, ValueError):
         self.seq_id = seq_id
         self.first_available = first_available
         self.rewind_min = rewind_min
+
+
+class CallOrderError(UbatchError, ValueError):
+    """A call made in the wrong order: a split before a successful init, a second transaction while one is
+    open, applying a plan that is not the memory's current one, ... (one type everywhere)."""
+
+    code = -1

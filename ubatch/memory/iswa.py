@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import lib
-from ubatch.common.errors import KVCacheFullError, RewindError, UbatchError
+from ubatch.common.errors import CallOrderError, KVCacheFullError, RewindError, UbatchError
 from ubatch.common.validate import check_int as _int
 from ubatch.memory.kv_cache import SWA_TYPES, KVCache, KVSnapshot, _locked
 from ubatch.memory.placement import Placement
@@ -193,11 +193,10 @@ class KVCacheISWA:
             seq_id=s, first_available=first_available, rewind_min=rmin)
 
     def _candidates(self) -> List[int]:
-        """Sequences where the sliding cache holds less than the full cache (only they can have a hole)."""
+        """Sequences of which the sliding cache holds fewer cells than the full cache: only they can have a
+        hole (the sliding cache's cells of a sequence are a subset of the full cache's)."""
         n = self.base.n_seq
-        bmin, _ = self.base._seq_pos_bounds(n)
-        smin, _ = self.swa._seq_pos_bounds(n)
-        return np.flatnonzero((bmin >= 0) & (bmin != smin)).tolist()
+        return np.flatnonzero(self.base.seq_counts(n) != self.swa.seq_counts(n)).tolist()
 
     def _check_windows(self, seqs, before: dict, what: str) -> None:
         """Raises RewindError for the first sequence of `seqs` whose next token's window has a hole; the
@@ -260,12 +259,13 @@ class KVCacheISWA:
     @_locked
     def seq_add(self, s: int, p0: int, p1: int, delta: int) -> None:
         s, p0, p1, delta = self._seq(s), _int("p0", p0), _int("p1", p1), _int("delta", delta)
-        self._mirror(f"seq_add({s}, {p0}, {p1}, {delta})", lambda kv: kv.seq_add(s, p0, p1, delta), [s])
+        # a cell moves for all its sequences: every sequence sharing one with s is checked (None: all with evictions)
+        self._mirror(f"seq_add({s}, {p0}, {p1}, {delta})", lambda kv: kv.seq_add(s, p0, p1, delta), None)
 
     @_locked
     def seq_div(self, s: int, p0: int, p1: int, d: int) -> None:
         s, p0, p1, d = self._seq(s), _int("p0", p0), _int("p1", p1), _int("d", d)
-        self._mirror(f"seq_div({s}, {p0}, {p1}, {d})", lambda kv: kv.seq_div(s, p0, p1, d), [s])
+        self._mirror(f"seq_div({s}, {p0}, {p1}, {d})", lambda kv: kv.seq_div(s, p0, p1, d), None)
 
     @_locked
     def clear(self) -> None:
@@ -308,20 +308,14 @@ class KVCacheISWA:
         """One plan for both caches (real-models.md §4.3), after the rewind check of the batch's sequences."""
         if self.base._h is None:
             raise UbatchError("the KV cache is closed")
-        for s in self._candidates():              # usually none: only sequences the window cut
+        for s in self._candidates():              # only sequences the window cut (cheap check, see _window_hole)
             p, _ = alloc.seq_pos_range(s)
             if p >= 0:
                 hole = self._window_hole(s, p, exact=False)
                 if hole >= 0:
                     raise self._rewind_error(s, p, hole, self.swa.seq_pos_min(s), "decode")
-        if whole_seqs:
-            ubs = whole_seqs_split(alloc, n_ubatch)
-            self._prepare_both(ubs)
-            return MemoryPlan(ubs, self, "seq")
-        check_coupled(alloc, self.n_stream)
-        split = cache_split(self.n_stream)
-        ubs = split_all(alloc, n_ubatch, split)
-        if self.n_stream > 1:
+        split, ubs = self._split(alloc, n_ubatch, whole_seqs)
+        if split != "simple":
             self._prepare_both(ubs)
             return MemoryPlan(ubs, self, split)
         try:                                       # unified: split_simple, then split_equal (llama.cpp)
@@ -332,10 +326,18 @@ class KVCacheISWA:
             self._prepare_both(ubs)
             return MemoryPlan(ubs, self, "equal")
 
+    def _split(self, alloc, n_ubatch: int, whole_seqs: bool):
+        """(split name, ubatches) of the first attempt: a single cache's rule (protocol.cache_split)."""
+        if whole_seqs:
+            return "seq", whole_seqs_split(alloc, n_ubatch)
+        check_coupled(alloc, self.n_stream)
+        split = cache_split(self.n_stream)
+        return split, split_all(alloc, n_ubatch, split)
+
     def _own(self, plan: MemoryPlan) -> None:
         if (plan.memory is not self or not self.base._plan or self.base._plan is not plan.ubatches
                 or self.swa._plan is not plan.ubatches):
-            raise UbatchError("this plan is not the memory's current plan (call init_batch again)")
+            raise CallOrderError("this plan is not the memory's current plan (call init_batch again)")
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.common.errors import KVCacheFullError, UbatchError
+from ubatch.common.errors import CallOrderError, KVCacheFullError, UbatchError
 from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
 from ubatch.common.validate import I32_MAX as _I32_MAX, check_int as _int
 from ubatch.memory.placement import Placement
@@ -128,6 +128,8 @@ class KVCache:
             raise MemoryError(self._msg())
         if st == lib.UB_E_KVFULL:
             raise KVCacheFullError(self._msg())
+        if st == lib.UB_E_ORDER:
+            raise CallOrderError(self._msg())
         raise ValueError(self._msg())
 
     def _stream(self, stream) -> int:
@@ -173,6 +175,15 @@ class KVCache:
         """Largest position < p of sequence s in the cache, -1 if none (O(log n))."""
         self._check(lib.ub_kv_seq_pos_lt(self._handle(), _int("seq_id", s), _int("p", p), self._i32))
         return int(self._i32[0])
+
+    @_locked
+    def seq_counts(self, n: int) -> np.ndarray:
+        """int32[n]: how many cells hold each sequence 0..n-1 (one C call)."""
+        n = _int("n", n, 0, LLAMA_MAX_SEQ)
+        out = np.zeros(n, np.int32)
+        if n:
+            self._check(lib.ub_kv_seq_counts(self._handle(), n, ffi.from_buffer("int32_t[]", out)))
+        return out
 
     @_locked
     def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -326,19 +337,21 @@ class KVCache:
         """Splits the initialised batch the way this cache needs (whole_seqs: split_seq, every sequence in
         one ubatch) and dry-runs every ubatch. Raises SplitError / BatchError / KVCacheFullError; the cache
         is unchanged either way. embd_all (llama.cpp's argument) does not change a KV cache's split."""
-        if whole_seqs:
-            split = "seq"
-            ubs = whole_seqs_split(alloc, n_ubatch)
-        else:
-            check_coupled(alloc, self._n_stream)
-            split = cache_split(self._n_stream)
-            ubs = split_all(alloc, n_ubatch, split)
+        split, ubs = self._split(alloc, n_ubatch, whole_seqs)
         self._prepare(ubs)
         return MemoryPlan(ubs, self, split)
 
+    def _split(self, alloc, n_ubatch: int, whole_seqs: bool) -> Tuple[str, List]:
+        """(split name, ubatches): the split this cache needs (protocol.cache_split)."""
+        if whole_seqs:
+            return "seq", whole_seqs_split(alloc, n_ubatch)
+        check_coupled(alloc, self._n_stream)
+        split = cache_split(self._n_stream)
+        return split, split_all(alloc, n_ubatch, split)
+
     def _own(self, plan: MemoryPlan) -> None:
         if plan.memory is not self or not self._plan or self._plan is not plan.ubatches:
-            raise UbatchError("this plan is not the KV cache's current plan (call init_batch again)")
+            raise CallOrderError("this plan is not the KV cache's current plan (call init_batch again)")
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:
@@ -426,7 +439,7 @@ class KVCache:
         h = self._handle()
         ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
         if ns == 0:
-            raise ValueError(f"no planned slot {i}")
+            raise CallOrderError(f"no planned slot {i}")
         strm = np.frombuffer(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns), np.int32).copy()
         cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
         return strm, cells
@@ -455,7 +468,7 @@ class KVCache:
     def _n_kv(self, i: int) -> int:
         n = lib.ub_kv_n_kv(self._handle(), i)
         if n < 0:
-            raise ValueError(f"no planned slot {i}")
+            raise CallOrderError(f"no planned slot {i}")
         return int(n)
 
     @_locked
