@@ -67,7 +67,7 @@ def test_activation_quantisation_bytes(t, backend):
 @pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
 def test_matmul_batch_invariant_bitwise(t, backend):
     rng = np.random.default_rng(int(t) + 3)
-    n_rows, k = 29, _cols(t)
+    n_rows, k = 301, _cols(t)  # enough work for the call of 33 rows to run on 2 threads (matmul.c)
     w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
     x = _act_rows(33, k, rng)
     full = mm.matmul(x, w, n_threads=2)
@@ -104,6 +104,19 @@ def test_native_dtype_data_and_memmap(tmp_path):
     w16 = mm.QWeight(int(T.F16), 6, 40, mem)
     assert w16.data is mem
     assert np.array_equal(mm.matmul(x, w16), mm.matmul(x, mm.QWeight(int(T.F16), 6, 40, W.astype(np.float16))))
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_non_finite_activations_give_nan_rows_only(t, backend):
+    rng = np.random.default_rng(int(t) + 21)
+    n_rows, k = 5, _cols(t)
+    w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
+    x = _act_rows(4, k, rng)
+    clean = mm.matmul(x, w)
+    x[1, 3], x[2, -1] = np.nan, np.inf
+    y = mm.matmul(x, w)
+    assert np.isnan(y[1]).all() and not np.isfinite(y[2]).any()
+    assert np.array_equal(y[[0, 3]], clean[[0, 3]])
 
 
 def test_empty_shapes():

@@ -95,34 +95,36 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
         for (int32_t d = 0; d < hdk; d++) qr[h * hdk + d] = J->k_f16 ? ub_h2f(ub_f2h(qs[d])) : qs[d];
     }
     const int64_t kbase = (int64_t)st * J->kv_size;
-    for (int32_t c = 0; c < nc; c++) { /* scores: K row of cell c loaded once for the gq heads */
+    for (int32_t c = 0; c < nc; c++) { /* raw scores sc[h * nc + c]: K row of cell c loaded once for the gq heads */
         const int64_t kr = ((kbase + cl[c]) * J->n_head_kv + g) * hdk;
-        for (int32_t h = 0; h < gq; h++) {
-            float s = J->k_f16 ? J->kern.dot_f16(qr + h * hdk, (const uint16_t *)J->k + kr, hdk)
-                               : J->kern.dot_f32(qr + h * hdk, (const float *)J->k + kr, hdk);
-            if (J->softcap > 0.0f) s = J->softcap * tanhf(s / J->softcap);
-            sc[(int64_t)h * nc + c] = s * J->scale;
-        }
+        if (J->k_f16) J->kern.dots_f16(qr, gq, hdk, (const uint16_t *)J->k + kr, sc + c, nc);
+        else J->kern.dots_f32(qr, gq, hdk, (const float *)J->k + kr, sc + c, nc);
     }
-    for (int32_t h = 0; h < gq; h++) {
-        float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * gq + h) * hdv;
-        memset(o, 0, sizeof(float) * (size_t)hdv);
-        if (nc == 0) continue;
+    float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * gq) * hdv; /* gq rows of hd_v */
+    memset(o, 0, sizeof(float) * (size_t)hdv * (size_t)gq);
+    if (nc == 0) return;
+    for (int32_t h = 0; h < gq; h++) { /* per head: soft-cap, scale, max, exp, double sum, probabilities */
         float *s = sc + (int64_t)h * nc;
         float mx = -INFINITY;
-        for (int32_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+        for (int32_t c = 0; c < nc; c++) {
+            float x = s[c];
+            if (J->softcap > 0.0f) x = J->softcap * tanhf(x / J->softcap);
+            x *= J->scale;
+            s[c] = x;
+            mx = x > mx ? x : mx;
+        }
         double sum = 0.0;
         for (int32_t c = 0; c < nc; c++) {
             s[c] = expf(s[c] - mx);
             sum += (double)s[c];
         }
         const float inv = (float)(1.0 / sum);
-        for (int32_t c = 0; c < nc; c++) {
-            const float p = s[c] * inv;
-            const int64_t vr = ((kbase + cl[c]) * J->n_head_kv + g) * hdv;
-            if (J->v_f16) J->kern.axpy_f16(o, ub_h2f(ub_f2h(p)), (const uint16_t *)J->v + vr, hdv);
-            else J->kern.axpy_f32(o, p, (const float *)J->v + vr, hdv);
-        }
+        for (int32_t c = 0; c < nc; c++) s[c] = J->v_f16 ? ub_h2f(ub_f2h(s[c] * inv)) : s[c] * inv;
+    }
+    for (int32_t c = 0; c < nc; c++) { /* out_h += p_h,c * V row of cell c, cells in list order */
+        const int64_t vr = ((kbase + cl[c]) * J->n_head_kv + g) * hdv;
+        if (J->v_f16) J->kern.axpys_f16(o, gq, hdv, sc + c, nc, (const uint16_t *)J->v + vr);
+        else J->kern.axpys_f32(o, gq, hdv, sc + c, nc, (const float *)J->v + vr);
     }
 }
 

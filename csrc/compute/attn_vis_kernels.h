@@ -5,11 +5,15 @@
 
 #include <stdint.h>
 
+/* For the gq query heads sharing one kv head (GQA), one K or V row serves them all:
+ *   dots:  s[h * ss] = q_h . k for h < gq (q: gq rows of n floats; k: n floats or halves)
+ *   axpys: o_h[d] += p[h * ps] * v[d] for h < gq, d < n (o: gq rows of n floats)
+ * The operations for one head are those of a single-head loop, whatever gq is. */
 typedef struct {
-    float (*dot_f32)(const float *q, const float *k, int32_t n);    /* q, k: float[n] */
-    float (*dot_f16)(const float *q, const uint16_t *k, int32_t n); /* k: half[n] */
-    void (*axpy_f32)(float *o, float p, const float *v, int32_t n); /* o[d] += p * v[d] */
-    void (*axpy_f16)(float *o, float p, const uint16_t *v, int32_t n);
+    void (*dots_f32)(const float *q, int32_t gq, int32_t n, const float *k, float *s, int64_t ss);
+    void (*dots_f16)(const float *q, int32_t gq, int32_t n, const uint16_t *k, float *s, int64_t ss);
+    void (*axpys_f32)(float *o, int32_t gq, int32_t n, const float *p, int64_t ps, const float *v);
+    void (*axpys_f16)(float *o, int32_t gq, int32_t n, const float *p, int64_t ps, const uint16_t *v);
 } ub_av_kernels;
 
 /* Fill *kern: the AVX2 loops when avx2 is set and the row length is a multiple of 8, else plain C. */

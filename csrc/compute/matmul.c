@@ -145,7 +145,10 @@ int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_
     atomic_init(&J.q_next, 0);
     atomic_init(&J.q_done, 0);
     atomic_init(&J.c_next, 0);
+    /* small calls on fewer threads: waking a worker (and waiting for it) costs more than ~64 KB of work */
+    const int64_t work = w_bytes * ((n + UB_MM_RT - 1) / UB_MM_RT);
     int nt = n_threads;
+    if ((int64_t)nt > 1 + work / 65536) nt = (int)(1 + work / 65536);
     if (nt > J.n_chunks) nt = (int)J.n_chunks;
     ub_pool_run(mm_work, &J, nt);
     free(J.xq);

@@ -21,12 +21,22 @@ static inline uint16_t f2bf(float f) { /* round to nearest even, NaN kept quiet 
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
 }
 
+/* A block holding a NaN or an infinity gets d = NaN and q = 0: the rows it feeds come out NaN (as in
+ * llama.cpp), and no non-finite value is ever converted to an integer. */
+
 /* x: float[32] -> blk (fields d, qs); returns sum of the q's. */
 static int quant_q8_32(const float *x, float *d_out, int8_t *qs, float *d_exact) {
     float amax = 0.0f;
+    int bad = 0;
     for (int j = 0; j < 32; j++) {
         const float a = fabsf(x[j]);
+        bad |= !(a <= 3.4028234663852886e38f);
         if (a > amax) amax = a;
+    }
+    if (bad) {
+        memset(qs, 0, 32);
+        *d_out = *d_exact = NAN;
+        return 0;
     }
     const float d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -43,15 +53,17 @@ static int quant_q8_32(const float *x, float *d_out, int8_t *qs, float *d_exact)
 
 static void quant_q8_k(const float *x, ub_act_q8_k *b) {
     float amax = 0.0f, mx = 0.0f;
+    int bad = 0;
     for (int j = 0; j < 256; j++) {
         const float a = fabsf(x[j]);
+        bad |= !(a <= 3.4028234663852886e38f);
         if (a > amax) {
             amax = a;
             mx = x[j];
         }
     }
-    if (amax == 0.0f) {
-        b->d = 0.0f;
+    if (amax == 0.0f || bad) {
+        b->d = bad ? NAN : 0.0f;
         memset(b->qs, 0, sizeof b->qs);
         memset(b->bsums, 0, sizeof b->bsums);
         return;

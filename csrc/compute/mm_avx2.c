@@ -1,6 +1,5 @@
 /* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
- * time (matmul.c). Contracts: mm_internal.h. Types without an AVX2 kernel here (Q2_K, Q3_K, BF16) use the
- * generic one. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
+ * time (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
  *
  * Every kernel body is instantiated for nr = 1..4 (row tile); for each activation row it keeps its own
  * accumulators and performs the same operations in the same order whatever nr is: the weight block is
@@ -48,16 +47,17 @@ INL AVX2 __m256i dot_s8(__m256i w, __m256i x) {
 INL AVX2 __m256i dot_u8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
-/* 32 bytes: byte j = 0x10 when bit j of the little-endian uint32 at p is set, else 0 */
-INL AVX2 __m256i bit4_from_bits(const uint8_t *p) {
+/* 32 bytes: byte j = 0xFF when bit j of the little-endian uint32 at p is set, else 0 */
+INL AVX2 __m256i bytes_of_bits(const uint8_t *p) {
     uint32_t h;
     memcpy(&h, p, 4);
     const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+    return _mm256_cmpeq_epi8(v, bit);
 }
+INL AVX2 __m256i bit4_from_bits(const uint8_t *p) { return _mm256_and_si256(bytes_of_bits(p), _mm256_set1_epi8(0x10)); }
 /* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
 INL AVX2 __m256i nibbles32(const uint8_t *p) {
     const __m128i t = _mm_loadu_si128((const __m128i *)p);
@@ -84,7 +84,8 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
     const uint8_t *b = w + ib * bytes[kind];
     __m256i q;
     if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
-    else if (kind == 1) q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), bit4_from_bits(b + 2)), _mm256_set1_epi8(16));
+    else if (kind == 1) /* (nib | bit << 4) - 16 = nib - (bit ? 0 : 16) */
+        q = _mm256_add_epi8(nibbles32(b + 6), _mm256_andnot_si256(bytes_of_bits(b + 2), _mm256_set1_epi8(-16)));
     else if (kind == 2) q = ld(b + 2);
     else if (kind == 3) q = nibbles32(b + 4);
     else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
@@ -232,16 +233,95 @@ INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
 }
 DISPATCH(dot_q6_k, body_q6k)
 
-/* ---- F32 / F16 (activations rounded to f16): two 8-lane accumulators per row (even / odd 8-element
+/* ---- Q2_K / Q3_K against Q8_K: 2-bit fields (shift 2g of byte j of half h -> element 128h + 32g + j),
+ * sub-blocks of 16. Q2_K: u in [0, 3], scale = s & 15, min = s >> 4. Q3_K: u = q2 + 4 * hbit in [0, 7],
+ * value u - 4, whose -4 is folded in exactly via the bsums, signed 6-bit scales ---- */
+
+INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                        int64_t ys, const int three) {
+    __m256 acc[UB_MM_RT];
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m2 = _mm256_set1_epi8(0x03), one = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * (three ? 110 : 84);
+        const uint8_t *qs = b + (three ? 32 : 16);
+        int16_t sc[16], mn[16];
+        if (three) {
+            const uint8_t *s = b + 96;
+            for (int k = 0; k < 16; k++) {
+                const int lo = k < 8 ? (s[k] & 15) : (s[k - 8] >> 4);
+                const int hi = (s[8 + (k % 4)] >> (2 * (k / 4))) & 3;
+                sc[k] = (int16_t)((lo | (hi << 4)) - 32);
+            }
+        } else {
+            for (int k = 0; k < 16; k++) {
+                sc[k] = b[k] & 15;
+                mn[k] = b[k] >> 4;
+            }
+        }
+        const float dw = h2f(b + (three ? 108 : 80)), dmw = three ? 0.0f : h2f(b + 82);
+        const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc);
+        const __m256i hm = three ? ld(b) : _mm256_setzero_si256();
+        __m256i sumi[UB_MM_RT];
+        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i qv = ld(qs + 32 * h);
+            for (int g = 0; g < 4; g++) {
+                __m256i u = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * g), m2);
+                if (three)
+                    u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
+                const int s0 = 8 * h + 2 * g;
+                const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
+                for (int r = 0; r < nr; r++) {
+                    const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ld(x->qs + 128 * h + 32 * g)), sv));
+                }
+            }
+        }
+        const __m256i mn16 = three ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)mn);
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)x->bsums);
+            if (three) {
+                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 2);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], corr)), acc[r]);
+            } else {
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+                acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn16)), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+}
+#define B_Q2_K(...) body_q23k(__VA_ARGS__, 0)
+#define B_Q3_K(...) body_q23k(__VA_ARGS__, 1)
+DISPATCH(dot_q2_k, B_Q2_K)
+DISPATCH(dot_q3_k, B_Q3_K)
+
+/* ---- F32 / F16 / BF16 (activations rounded to f16 / bf16): two 8-lane accumulators per row (even / odd 8-element
  * steps), combined, then hsum, then the k % 8 tail in order ---- */
+
+/* 8 bf16 values -> 8 floats (exact: the bits shifted into the high half) */
+INL AVX2 __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* one f16 (kind 1) or bf16 (kind 2) value as float */
+INL AVX2 float sc16(uint16_t h, const int kind) {
+    if (kind == 1) return _cvtsh_ss(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                      int64_t ys, const int f16) {
     __m256 a0[UB_MM_RT], a1[UB_MM_RT];
     for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
-#define LDW(off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + (off)))) : _mm256_loadu_ps((const float *)w + (off)))
-#define LDA(r, off) (f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(a + (r) * as) + (off)))) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
+#define LD16(p) (f16 == 2 ? bf16x8((const uint16_t *)(p)) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+#define LDW(off) (f16 ? LD16((const uint16_t *)w + (off)) : _mm256_loadu_ps((const float *)w + (off)))
+#define LDA(r, off) (f16 ? LD16((const uint16_t *)(a + (r) * as) + (off)) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
     for (; i + 16 <= k; i += 16) {
         const __m256 w0 = LDW(i), w1 = LDW(i + 8);
         for (int r = 0; r < nr; r++) {
@@ -256,11 +336,12 @@ INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, 
     }
 #undef LDW
 #undef LDA
+#undef LD16
     for (int r = 0; r < nr; r++) {
         float s = hsum(_mm256_add_ps(a0[r], a1[r]));
         for (int64_t j = i; j < k; j++) {
-            const float wv = f16 ? _cvtsh_ss(((const uint16_t *)w)[j]) : ((const float *)w)[j];
-            const float av = f16 ? _cvtsh_ss(((const uint16_t *)(a + r * as))[j]) : ((const float *)(a + r * as))[j];
+            const float wv = f16 ? sc16(((const uint16_t *)w)[j], f16) : ((const float *)w)[j];
+            const float av = f16 ? sc16(((const uint16_t *)(a + r * as))[j], f16) : ((const float *)(a + r * as))[j];
             s += wv * av;
         }
         y[r * ys] = s;
@@ -268,18 +349,23 @@ INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, 
 }
 #define B_F32(...) body_f(__VA_ARGS__, 0)
 #define B_F16(...) body_f(__VA_ARGS__, 1)
+#define B_BF16(...) body_f(__VA_ARGS__, 2)
 DISPATCH(dot_f32, B_F32)
 DISPATCH(dot_f16, B_F16)
+DISPATCH(dot_bf16, B_BF16)
 
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     switch (type) {
     case UB_T_F32: return dot_f32;
     case UB_T_F16: return dot_f16;
+    case UB_T_BF16: return dot_bf16;
     case UB_T_Q4_0: return dot_q4_0;
     case UB_T_Q4_1: return dot_q4_1;
     case UB_T_Q5_0: return dot_q5_0;
     case UB_T_Q5_1: return dot_q5_1;
     case UB_T_Q8_0: return dot_q8_0;
+    case UB_T_Q2_K: return dot_q2_k;
+    case UB_T_Q3_K: return dot_q3_k;
     case UB_T_Q4_K: return dot_q4_k;
     case UB_T_Q5_K: return dot_q5_k;
     case UB_T_Q6_K: return dot_q6_k;

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "ub_common.h"
+#include "ub_compute.h"
 #include "ub_matmul.h"
 
 /* x, y: float[n][k] (y may alias x); g: float[k] or NULL. Per row: ss = sum of x^2 in double, index order;
@@ -33,11 +34,20 @@ void ub_silu_mul(const float *g, const float *u, float *y, int64_t n) {
     }
 }
 
-/* g, u, y: float[n]; y may alias g or u. tanh-approximated GELU as ggml_gelu_f32. */
+/* g, u, y: float[n]; y may alias g or u. tanh-approximated GELU the way ggml-cpu's geglu evaluates it
+ * (GGML_GELU_FP16 builds, the default): g <= -10 -> 0, g >= 10 -> g, else the gate is rounded to f16,
+ * gelu is computed in f32 and its result rounded to f16 (ggml reads it from a 64K-entry f16 table). */
 void ub_gelu_mul(const float *g, const float *u, float *y, int64_t n) {
     const float c = 0.79788456080286535587989211986876f, a3 = 0.044715f;
     for (int64_t i = 0; i < n; i++) {
         const float a = g[i];
-        y[i] = (0.5f * a * (1.0f + tanhf(c * a * (1.0f + a3 * a * a)))) * u[i];
+        float act;
+        if (a <= -10.0f) act = 0.0f;
+        else if (a >= 10.0f) act = a;
+        else {
+            const float h = ub_h2f(ub_f2h(a));
+            act = ub_h2f(ub_f2h(0.5f * h * (1.0f + tanhf(c * h * (1.0f + a3 * h * h)))));
+        }
+        y[i] = act * u[i];
     }
 }

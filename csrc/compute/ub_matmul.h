@@ -53,7 +53,8 @@ int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows,
 int ub_rms_norm(const float *x, int64_t n, int64_t k, const float *g, float eps, float *y);
 
 /* Gated activations, elementwise and per element independent: y = act(g) * u.
- * silu(g) = g / (1 + exp(-g)); gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+ * silu(g) = g / (1 + exp(-g)); gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), evaluated as
+ * ggml-cpu's geglu does: on the f16-rounded gate, result rounded to f16, 0 below -10, g above 10 (ops.c).
  * g, u, y: float[n] (y may alias g or u). */
 void ub_silu_mul(const float *g, const float *u, float *y, int64_t n);
 void ub_gelu_mul(const float *g, const float *u, float *y, int64_t n);

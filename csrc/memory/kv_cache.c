@@ -171,7 +171,7 @@ static void cell_pairs(ub_kv *kv, const uint64_t *set, int32_t pos, int add) {
 int ub_kv_rollback(ub_kv *kv) {
     if (!kv->txn) return kv_fail(kv, UB_E_ORDER, "no KV transaction is open");
     kv->txn = 0;
-    for (int64_t k = 0; k < kv->n_jc; k++) {
+    for (int64_t k = kv->n_jc - 1; k >= 0; k--) {     /* newest first: appended positions leave from the top */
         int64_t g = kv->jc[k].g;
         if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 0);
     }
@@ -193,6 +193,7 @@ int ub_kv_rollback(ub_kv *kv) {
         kv->has_shift[j->st] = j->has_shift;
     }
     kv->n_copies = kv->j_n_copies;
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -206,6 +207,10 @@ static void stat_add(ub_kv *kv, int32_t s, int32_t p) {
 static void stat_remove(ub_kv *kv, int32_t s, int32_t p) {
     kv_pm_remove(&kv->pool, &kv->stat[s], p);
     kv->n_pairs--;
+}
+
+void kv_densify_all(ub_kv *kv) {
+    for (int32_t s = 0; s < kv->n_seq && s < UB_MAX_SEQ; s++) kv_pm_densify(&kv->pool, &kv->stat[s]);
 }
 
 int kv_pairs_reserve(ub_kv *kv, int64_t n_more) {
@@ -227,6 +232,7 @@ int kv_recompute_stats(ub_kv *kv) {
     if (kv_pairs_reserve(kv, pairs)) return UB_E_NOMEM;
     for (int64_t g = 0; g < kv->n_cells; g++)
         if (kv->pos[g] >= 0) cell_pairs(kv, &kv->seq[g * UB_SEQ_WORDS], kv->pos[g], 1);
+    kv_densify_all(kv);
     return UB_OK;
 }
 

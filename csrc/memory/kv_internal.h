@@ -80,6 +80,8 @@ static inline const kv_seqstat *kv_stat(const ub_kv *kv, int32_t s) { return &kv
 /* Makes room in the position maps for n_more (cell, sequence) pairs beyond those stored; call before
  * an operation that may add pairs. UB_OK or UB_E_NOMEM (message set, nothing changed). */
 int kv_pairs_reserve(ub_kv *kv, int64_t n_more);
+/* Turns every position map that is a gap-free run again into its dense form (end of each operation). */
+void kv_densify_all(ub_kv *kv);
 int32_t kv_seq_stream(const ub_kv *kv, int32_t s);
 int kv_recompute_stats(ub_kv *kv);                  /* rebuild every map from the cells; UB_OK / UB_E_NOMEM */
 

@@ -1,4 +1,4 @@
-/* Per-sequence position maps: counted treaps in one index-linked node pool (see kv_posmap.h). */
+/* Per-sequence position maps: dense runs, or counted treaps in one index-linked node pool (kv_posmap.h). */
 #include <stdlib.h>
 
 #include "kv_posmap.h"
@@ -13,11 +13,11 @@ static inline uint32_t prio(int32_t i) {
 void kv_pool_free(kv_pool *p) {
     free(p->nodes);
     p->nodes = NULL;
-    p->cap = p->live = 0;
+    p->cap = p->live = p->high = 0;
     p->free_head = -1;
 }
 
-/* Grows nodes[] (doubling) so that live + n_more nodes fit. The pool's indices stay valid. */
+/* Grows nodes[] (doubling) so that live + n_more nodes fit; new nodes are not touched until used. */
 int kv_pool_reserve(kv_pool *p, int64_t n_more) {
     int64_t need = (int64_t)p->live + n_more;
     if (need <= p->cap) return 0;
@@ -27,11 +27,6 @@ int kv_pool_reserve(kv_pool *p, int64_t n_more) {
     if (cap > INT32_MAX) cap = INT32_MAX;
     kv_pnode *n = realloc(p->nodes, (size_t)cap * sizeof *n);
     if (!n) return -1;
-    /* the new nodes [old cap, cap) join the free list in ascending order */
-    for (int64_t i = cap - 1; i >= p->cap; i--) {
-        n[i].l = p->free_head;
-        p->free_head = (int32_t)i;
-    }
     p->nodes = n;
     p->cap = (int32_t)cap;
     return 0;
@@ -39,21 +34,20 @@ int kv_pool_reserve(kv_pool *p, int64_t n_more) {
 
 void kv_pool_reset(kv_pool *p, kv_seqstat *stats, int32_t n_stats) {
     p->live = 0;
+    p->high = 0;
     p->free_head = -1;
-    for (int64_t i = (int64_t)p->cap - 1; i >= 0; i--) {
-        p->nodes[i].l = p->free_head;
-        p->free_head = (int32_t)i;
-    }
     for (int32_t s = 0; s < n_stats; s++) {
-        stats[s].n = 0;
-        stats[s].min = stats[s].max = -1;
-        stats[s].root = -1;
+        kv_seqstat *t = &stats[s];
+        t->n = t->nd = 0;
+        t->min = t->max = t->root = -1;
+        t->dense = 1;
     }
 }
 
 static int32_t node_new(kv_pool *p, int32_t key) {
-    int32_t i = p->free_head;          /* reserved by the caller: never -1 here */
-    p->free_head = p->nodes[i].l;
+    int32_t i = p->free_head;          /* room reserved by the caller: a free or a never-used node */
+    if (i >= 0) p->free_head = p->nodes[i].l;
+    else i = p->high++;
     p->live++;
     kv_pnode *n = &p->nodes[i];
     n->key = key; n->cnt = 1; n->l = n->r = -1;
@@ -66,19 +60,17 @@ static void node_free(kv_pool *p, int32_t i) {
     p->live--;
 }
 
-/* Inserts key into the treap rooted at t; returns the new root. */
-static int32_t insert(kv_pool *p, int32_t t, int32_t key) {
-    if (t < 0) return node_new(p, key);
+/* Inserts key into the treap rooted at t; returns the new root; *created = 1 for a new node. */
+static int32_t insert(kv_pool *p, int32_t t, int32_t key, int *created) {
+    if (t < 0) { *created = 1; return node_new(p, key); }
     kv_pnode *N = p->nodes;
     if (key == N[t].key) { N[t].cnt++; return t; }
     if (key < N[t].key) {
-        int32_t c = insert(p, N[t].l, key);
-        N = p->nodes;
+        int32_t c = insert(p, N[t].l, key, created);
         N[t].l = c;
         if (prio(c) > prio(t)) { N[t].l = N[c].r; N[c].r = t; return c; }   /* rotate right */
     } else {
-        int32_t c = insert(p, N[t].r, key);
-        N = p->nodes;
+        int32_t c = insert(p, N[t].r, key, created);
         N[t].r = c;
         if (prio(c) > prio(t)) { N[t].r = N[c].l; N[c].l = t; return c; }   /* rotate left */
     }
@@ -108,25 +100,73 @@ static int32_t erase(kv_pool *p, int32_t t, int32_t key, int *gone) {
     return m;
 }
 
+/* dense {min..max} -> a treap of the same keys (n nodes; room reserved by the caller). */
+static void materialize(kv_pool *p, kv_seqstat *t) {
+    t->dense = 0;
+    t->root = -1;
+    t->nd = 0;
+    if (t->n == 0) return;
+    for (int64_t k = t->min; k <= t->max; k++) {
+        int created = 0;
+        t->root = insert(p, t->root, (int32_t)k, &created);
+        t->nd += created;
+    }
+}
+
+static void free_tree(kv_pool *p, int32_t i) {
+    if (i < 0) return;
+    free_tree(p, p->nodes[i].l);
+    free_tree(p, p->nodes[i].r);
+    node_free(p, i);
+}
+
+void kv_pm_densify(kv_pool *p, kv_seqstat *t) {
+    if (t->dense) return;
+    if (t->n == 0 || (t->n == t->nd && (int64_t)t->max - t->min + 1 == t->n)) {
+        free_tree(p, t->root);
+        t->root = -1;
+        t->nd = 0;
+        t->dense = 1;
+        if (t->n == 0) t->min = t->max = -1;
+    }
+}
+
 void kv_pm_add(kv_pool *p, kv_seqstat *t, int32_t pos) {
-    t->root = insert(p, t->root, pos);
+    if (t->dense) {
+        if (t->n == 0) { t->n = 1; t->min = t->max = pos; return; }
+        if ((int64_t)pos == (int64_t)t->max + 1) { t->max = pos; t->n++; return; }
+        if ((int64_t)pos == (int64_t)t->min - 1) { t->min = pos; t->n++; return; }
+        materialize(p, t);
+    }
+    int created = 0;
+    t->root = insert(p, t->root, pos, &created);
+    t->nd += created;
     if (t->n++ == 0) { t->min = t->max = pos; return; }
     if (pos < t->min) t->min = pos;
     if (pos > t->max) t->max = pos;
 }
 
 void kv_pm_remove(kv_pool *p, kv_seqstat *t, int32_t pos) {
-    int gone = 0;
     if (t->n == 0) return;
+    if (t->dense) {
+        if (t->n == 1) { t->n = 0; t->min = t->max = -1; return; }
+        if (pos == t->max) { t->max--; t->n--; return; }
+        if (pos == t->min) { t->min++; t->n--; return; }
+        materialize(p, t);
+    }
+    int gone = 0;
     t->root = erase(p, t->root, pos, &gone);
-    if (!gone && t->n > 0) { t->n--; return; }
-    if (--t->n == 0 || t->root < 0) { t->n = 0; t->min = t->max = -1; t->root = -1; return; }
+    t->n--;
+    if (!gone) return;
+    t->nd--;
+    if (t->n == 0 || t->root < 0) { t->n = 0; t->min = t->max = -1; t->root = -1; return; }
     const kv_pnode *N = p->nodes;
     if (pos == t->min) { int32_t i = t->root; while (N[i].l >= 0) i = N[i].l; t->min = N[i].key; }
     if (pos == t->max) { int32_t i = t->root; while (N[i].r >= 0) i = N[i].r; t->max = N[i].key; }
 }
 
 int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    if (t->dense) return t->n == 0 || pos > t->max ? -1 : (pos < t->min ? t->min : pos);
     int32_t best = -1;
     for (int32_t i = t->root; i >= 0;) {
         if (p->nodes[i].key >= pos) { best = p->nodes[i].key; i = p->nodes[i].l; }
@@ -136,6 +176,7 @@ int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
 }
 
 int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    if (t->dense) return t->n == 0 || pos <= t->min ? -1 : (pos > t->max ? t->max : pos - 1);
     int32_t best = -1;
     for (int32_t i = t->root; i >= 0;) {
         if (p->nodes[i].key < pos) { best = p->nodes[i].key; i = p->nodes[i].r; }
@@ -145,6 +186,7 @@ int32_t kv_pm_lt(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
 }
 
 int kv_pm_has(const kv_pool *p, const kv_seqstat *t, int32_t pos) {
+    if (t->dense) return t->n > 0 && pos >= t->min && pos <= t->max;
     for (int32_t i = t->root; i >= 0;) {
         if (p->nodes[i].key == pos) return 1;
         i = pos < p->nodes[i].key ? p->nodes[i].l : p->nodes[i].r;
@@ -168,6 +210,16 @@ static int32_t first_missing(const kv_pool *pa, int32_t i, const kv_pool *pb, co
 
 int32_t kv_pm_first_missing(const kv_pool *pa, const kv_seqstat *a, const kv_pool *pb, const kv_seqstat *b,
                             int32_t lo, int32_t hi) {
-    if (lo >= hi) return -1;
-    return first_missing(pa, a->root, pb, b, lo, hi);
+    if (lo >= hi || a->n == 0) return -1;
+    if (!a->dense) return first_missing(pa, a->root, pb, b, lo, hi);
+    int64_t k0 = lo > a->min ? lo : a->min, k1 = (int64_t)hi - 1 < a->max ? (int64_t)hi - 1 : a->max;
+    if (b->dense) {                      /* two runs: the first of [k0, k1] outside b's run */
+        if (k0 > k1) return -1;
+        if (b->n == 0 || k0 < b->min) return (int32_t)k0;
+        if (k0 > b->max) return (int32_t)k0;
+        return b->max < k1 ? b->max + 1 : -1;
+    }
+    for (int64_t k = k0; k <= k1; k++)
+        if (!kv_pm_has(pb, b, (int32_t)k)) return (int32_t)k;
+    return -1;
 }

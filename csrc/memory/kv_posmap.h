@@ -1,14 +1,19 @@
 /* Per-sequence position maps of the KV cache (llama.cpp's seq_pos: one ordered map pos -> count per
- * sequence), as treaps in one node pool owned by the cache handle. Internal (not exported to Python).
+ * sequence). Internal (not exported to Python).
  *
- * A sequence's map counts, for every position, how many of its cells hold it. Insert, remove and the
- * min/max queries cost O(log n) expected (n = distinct positions of that sequence); min and max are
- * also cached, so seq_pos_min/max are O(1). Nothing ever scans the cells: the planning cost follows the
- * batch, not the size of the cache.
+ * A sequence's map counts, for every position, how many of its cells hold it. Two representations:
+ *  - dense: the map is exactly {min, ..., max}, each position once (what a sequence written token after
+ *    token looks like): no nodes, every operation O(1) as long as it keeps that shape (append at max + 1,
+ *    drop the max or the min: decoding, rewinding, the sliding window's eviction);
+ *  - a counted treap in the cache's node pool: insert, remove, neighbours O(log n) expected.
+ * An operation that breaks the dense shape first turns the map into a treap (O(n), once); kv_pm_densify,
+ * called at the end of each cache operation, turns a treap that is dense again back (O(n), once). min and
+ * max are cached, so seq_pos_min/max are O(1). Nothing ever scans the cells: the planning cost follows
+ * the batch, not the size of the cache.
  *
- * Capacity: the number of live nodes never exceeds the number of (cell, sequence) pairs stored, so
- * callers reserve room for the pairs an operation may add (kv_pm_reserve) before changing anything, and
- * insertions never allocate. Removal never allocates. */
+ * Capacity: live nodes never exceed the number of (cell, sequence) pairs stored, so callers reserve room
+ * for the pairs an operation may add (kv_pool_reserve) before changing anything; insertions and
+ * conversions then never allocate, removal never allocates. */
 #ifndef UB_KV_POSMAP_H
 #define UB_KV_POSMAP_H
 
@@ -19,13 +24,13 @@ typedef struct kv_pnode {
 } kv_pnode;
 
 typedef struct kv_pool {
-    kv_pnode *nodes;              /* [cap], owned */
-    int32_t cap, live, free_head; /* free list linked through .l */
+    kv_pnode *nodes;              /* [cap], owned; [high, cap) never used yet */
+    int32_t cap, live, free_head, high;   /* free list of released nodes linked through .l */
 } kv_pool;
 
-/* One sequence: its map root, the number of (cell) entries n (sum of counts) and the cached bounds. */
+/* One sequence: n entries (sum of counts) with cached bounds; dense (no nodes) or a treap (root, nd nodes). */
 typedef struct kv_seqstat {
-    int32_t n, min, max, root;
+    int32_t n, min, max, root, nd, dense;
 } kv_seqstat;
 
 void kv_pool_free(kv_pool *p);
@@ -38,6 +43,8 @@ void kv_pool_reset(kv_pool *p, kv_seqstat *stats, int32_t n_stats);
 void kv_pm_add(kv_pool *p, kv_seqstat *t, int32_t pos);
 /* Removes one entry at position pos from t (which must hold it). */
 void kv_pm_remove(kv_pool *p, kv_seqstat *t, int32_t pos);
+/* Back to the dense representation when the treap holds exactly {min..max} once each. */
+void kv_pm_densify(kv_pool *p, kv_seqstat *t);
 
 /* Smallest key >= pos, largest key < pos of t's map (-1 when none). */
 int32_t kv_pm_ge(const kv_pool *p, const kv_seqstat *t, int32_t pos);

@@ -58,6 +58,7 @@ int ub_kv_seq_rm(ub_kv *kv, int32_t s, int32_t p0, int32_t p1) {
         }
         lower_head(kv, st, new_head);
     }
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -78,6 +79,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
             if (pos[i] < p0 || pos[i] >= p1) continue;
             if (ub_set_has(seq + (int64_t)i * UB_SEQ_WORDS, src)) kv_cell_seq_add(kv, s0, i, dst);
         }
+        kv_densify_all(kv);
         return UB_OK;
     }
     int64_t size = kv->size;
@@ -109,6 +111,7 @@ int ub_kv_seq_cp(ub_kv *kv, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
         kv->ext[2 * g1 + 1] = kv->ext[2 * g0 + 1];
     }
     kv_set_head(kv, s1, kv->head[s0]);
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -120,6 +123,7 @@ int ub_kv_seq_keep(ub_kv *kv, int32_t s) {
     for (int32_t i = 0, end = kv->used_max_p1[st]; i < end; i++)
         if (kv_cell_seq_keep(kv, st, i, s) && new_head < 0) new_head = i;
     lower_head(kv, st, new_head);
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -149,6 +153,7 @@ int ub_kv_seq_add(ub_kv *kv, int32_t s, int32_t p0, int32_t p1, int32_t delta) {
         if (kv_cell_pos_add(kv, st, i, delta) && new_head < 0) new_head = i;
     }
     kv_set_head(kv, st, new_head >= 0 ? new_head : 0);
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -175,6 +180,7 @@ int ub_kv_seq_div(ub_kv *kv, int32_t s, int32_t p0, int32_t p1, int32_t d) {
         if (!cell_in_range(pos, seq, i, s, p0, p1)) continue;
         kv_cell_pos_div(kv, st, i, d);
     }
+    kv_densify_all(kv);
     return UB_OK;
 }
 
@@ -185,6 +191,7 @@ void ub_kv_clear(ub_kv *kv) {
         kv_stream_reset(kv, st);
         kv_set_head(kv, st, 0);
     }
+    kv_densify_all(kv);
     kv->plan_n = 0;
 }
 

@@ -144,6 +144,7 @@ static int apply_slot(ub_kv *kv, const ub_ubatch *ub, int32_t ns, int32_t per, c
         }
     }
     for (int32_t k = 0; k < ns; k++) kv_set_head(kv, strm[k], idxs[(int64_t)k * per + per - 1] + 1);
+    kv_densify_all(kv);
     return UB_OK;
 }
 

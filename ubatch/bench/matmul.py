@@ -37,25 +37,22 @@ def _model_weights(name: str) -> Optional[List[dict]]:
     """[{type, n_rows, n_cols, count, data}] of every 2-D weight of the model (lm head included once, as
     output.weight or the tied token_embd), or None when the file is not available."""
     try:
-        import gguf
+        from ubatch.bench.gguf_tensors import read_tensors
         from ubatch.model import fetch
-        path = fetch.path(name)
+        tensors = read_tensors(fetch.path(name))
     except Exception as e:  # pragma: no cover - environment dependent
         print(f"note: {name}: {e}; using random blocks", file=sys.stderr)
         return None
-    r = gguf.GGUFReader(path)
-    names = {t.name for t in r.tensors}
     groups: Dict[tuple, dict] = collections.OrderedDict()
-    for t in r.tensors:
-        if len(t.shape) != 2 or int(t.tensor_type) not in mm.TYPE_NAMES:
+    for t in tensors.values():
+        if len(t.ne) != 2:
             continue
-        if t.name == "token_embd.weight" and "output.weight" in names:
+        if t.name == "token_embd.weight" and "output.weight" in tensors:
             continue  # looked up by get_rows only; the lm head is output.weight
-        n_cols, n_rows = int(t.shape[0]), int(t.shape[1])
-        key = (int(t.tensor_type), n_rows, n_cols)
+        n_cols, n_rows = int(t.ne[0]), int(t.ne[1])
+        key = (t.ggml_type, n_rows, n_cols)
         g = groups.setdefault(key, {"type": key[0], "n_rows": n_rows, "n_cols": n_cols, "count": 0,
-                                    "data": np.ascontiguousarray(t.data).view(np.uint8).reshape(-1),
-                                    "names": set()})
+                                    "data": t.data, "names": set()})
         g["count"] += 1
         g["names"].add(t.name.split(".")[-2] if t.name.startswith("blk.") else t.name.replace(".weight", ""))
     return list(groups.values())
@@ -109,7 +106,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for g in groups:
             w = mm.QWeight(g["type"], g["n_rows"], g["n_cols"], g["data"])
             wf = None
+            lm_head = bool(g["names"] & {"output", "token_embd"})
             for n in ns:
+                if lm_head and n > 32:
+                    continue  # prefill computes the lm head for its output rows only
                 x = rng.standard_normal((n, w.n_cols)).astype(np.float32)
                 reps = _reps(n, w.nbytes, args.quick)
                 np_t = None
@@ -133,6 +133,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                               f"{be:8} {nt:>3} {wall * 1e3:9.3f} {cpu * 1e3:8.3f} {row['weight_gb_s']:7.2f} "
                               f"{row['gflop_s']:8.2f} {row['x_numpy'] or float('nan'):6.2f}", flush=True)
     mm.set_backend("auto")
+    src = np.ones(1 << 26, np.float32)
+    dst = np.empty_like(src)
+    cp, _ = _time(lambda: np.copyto(dst, src), 5)
+    membw = 2 * src.nbytes / cp / 1e9
+    print(f"\nmemory: numpy copy of 256 MB, one thread: {membw:.1f} GB/s (read + write)")
     print("\nmatmul time of one decode step (all of the model's matmuls, lm head once per row):")
     summary = []
     for model in args.models.split(","):
@@ -144,14 +149,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if not rows or n not in ns:
                         continue
                     t = sum(r["wall_s"] * r["count"] for r in rows)
-                    s = {"model": model, "backend": be, "threads": nt, "n": n, "step_s": t, "tok_s_bound": n / t}
+                    c = sum(r["cpu_s"] * r["count"] for r in rows) / nt  # the wall time of an idle machine
+                    s = {"model": model, "backend": be, "threads": nt, "n": n, "step_s": t, "step_cpu_s": c,
+                         "tok_s_bound": n / t, "tok_s_bound_cpu": n / c}
+                    one = next((x for x in summary if x["model"] == model and x["backend"] == be
+                                and x["threads"] == nt and x["n"] == 1), None)
                     summary.append(s)
-                    print(f"  {model:14} {be:8} threads={nt} B={n:<3} {t * 1e3:8.2f} ms/step  -> at most "
-                          f"{n / t:7.1f} tok/s from the matmuls alone")
+                    rel = f"  ({c / one['step_cpu_s']:4.1f}x the B=1 step)" if n > 1 and one else ""
+                    print(f"  {model:14} {be:8} threads={nt} B={n:<3} wall {t * 1e3:8.2f} ms/step ({n / t:7.1f} tok/s)"
+                          f"  cpu/threads {c * 1e3:8.2f} ms/step ({n / c:7.1f} tok/s){rel}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                       "results": results, "decode_step": summary}, f, indent=1)
+                       "memcpy_gb_s": membw, "results": results, "decode_step": summary}, f, indent=1)
         print(f"wrote {args.json}")
     return 0
 

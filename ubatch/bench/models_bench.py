@@ -76,8 +76,11 @@ def ubatch_decode(m, B: int, unified: bool, reps: int) -> float:
 # ---- llama.cpp through llama-cpp-python's low-level API --------------------------------------------------
 class LlamaCpp:
     def __init__(self, path: str) -> None:
+        import ctypes
         import llama_cpp as L
         self.L = L
+        self._quiet = L.llama_log_callback(lambda level, text, user: None)   # kept alive: llama.cpp calls it
+        L.llama_log_set(self._quiet, ctypes.c_void_p(0))
         L.llama_backend_init()
         mp = L.llama_model_default_params()
         self.model = L.llama_model_load_from_file(path.encode(), mp)

@@ -2,8 +2,7 @@
 
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
-    ubatch bench kv|attention|decode|matmul|models [ARGS...]   the KV-cache / attention / decode / matmul /
-                                                  real-model benchmarks
+    ubatch bench kv|attention|decode|matmul|models [ARGS...]   KV cache / attention / decode / matmul / real models
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
 """
 from __future__ import annotations
