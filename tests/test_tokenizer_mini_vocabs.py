@@ -17,7 +17,7 @@ MINI = sorted(f[:-5] for f in os.listdir(DATA) if f.startswith("mini-") and f.en
 
 def test_all_minis_present():
     assert {"mini-spm", "mini-phi3", "mini-bpe-default", "mini-bpe-gpt-2", "mini-bpe-llama-bpe", "mini-bpe-qwen2",
-            "mini-bpe-smollm", "mini-bpe-starcoder"} <= set(MINI)
+            "mini-bpe-smollm", "mini-bpe-starcoder", "mini-bpe-lstrip"} <= set(MINI)
 
 
 @pytest.mark.parametrize("tag", MINI)
@@ -51,3 +51,16 @@ def test_mini_flags():
     assert len(s_id) == 1 and q2.is_control(s_id[0]) and q2.is_eog(s_id[0])   # NORMAL </s> forced CONTROL + EOG
     assert q2.encode("<tool_call>", add_special=False) == [q2.n_vocab - 2]       # USER_DEFINED: always split
     assert q2.encode("1234", add_special=False) == [q2.encode(c, add_special=False)[0] for c in "1234"]
+
+
+def test_double_bos_warning(caplog):
+    from ubatch import Tokenizer
+    spm = Tokenizer.from_gguf(os.path.join(DATA, "mini-spm.gguf"))
+    with caplog.at_level("WARNING", logger="ubatch.tokenizer"):
+        assert spm.encode("<s>hi", parse_special=True)[:2] == [1, 1]
+    assert "2 BOS tokens" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ubatch.tokenizer"):
+        spm.encode("<s>hi", parse_special=False)
+        spm.encode("<s>hi", add_special=False, parse_special=True)
+    assert caplog.text == ""

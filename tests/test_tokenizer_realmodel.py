@@ -71,6 +71,7 @@ def test_special_ids_and_flags(model):
     assert (tok.add_bos, tok.add_eos) == (bool(meta["add_bos"]), bool(meta["add_eos"]))
     assert tok.vocab_type == meta["vocab_type"]
     assert tok.model == meta["tokenizer.ggml.model"]
+    assert tok.nl == (248 if name == "gemma3-270m" else 198) and not tok.add_sep   # <0x0A> / "Ċ"
 
 
 def test_eog_and_control_sets(model):

@@ -1,5 +1,6 @@
 /* llama_tokenize (llama_vocab::impl::tokenize for SPM and BPE) and llama_token_to_piece. */
 #include "tok_internal.h"
+#include "tok_unicode.h"
 
 static int spm_fragment(const ub_tok *t, const uint8_t *s, int64_t n, int prefix, ivec *out, char *err,
                         int32_t err_len) {
@@ -67,3 +68,11 @@ int32_t ub_tok_piece(const ub_tok *t, int32_t id, int32_t special, int32_t lstri
     *piece = p;
     return (int32_t)n;
 }
+
+const uint8_t *ub_tok_pieces(const ub_tok *t, const int64_t **offsets) {
+    if (!t || !t->finalized) return NULL;
+    *offsets = t->piece_off;
+    return t->pieces;
+}
+
+int32_t ub_tok_cpt_class(uint32_t cp) { return ucd_byte(cp); }

@@ -32,13 +32,25 @@ static int64_t find_in(const uint8_t *text, int64_t lo, int64_t hi, const uint8_
     return -1;
 }
 
-/* present[n_special] (caller-zeroed) := 1 for each special whose text occurs somewhere in text[len] */
-static void mark_present(const ub_tok *t, const uint8_t *text, int64_t len, uint8_t *present) {
+static int mark(uint8_t *present, ivec *ranks, int32_t k) {
+    if (present[k]) return 0;
+    present[k] = 1;
+    return ivec_push(ranks, k);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* present[n_special] (caller-zeroed) := 1 for each special whose text occurs somewhere in text[len]; their
+ * cache ranks are appended to ranks (unsorted). 0, or -1 when out of memory. */
+static int mark_present(const ub_tok *t, const uint8_t *text, int64_t len, uint8_t *present, ivec *ranks) {
     for (int64_t p = 0; p < len; p++) {
         uint8_t b = text[p];
         if (t->first1[b >> 3] & (1u << (b & 7))) {
             int32_t id = tok_token(t, text + p, 1);
-            if (id >= 0 && t->special_rank[id] >= 0) present[t->special_rank[id]] = 1;
+            if (id >= 0 && t->special_rank[id] >= 0 && mark(present, ranks, t->special_rank[id])) return -1;
         }
         if (p + 1 >= len) continue;
         unsigned pr = ((unsigned)b << 8) | text[p + 1];
@@ -47,9 +59,10 @@ static void mark_present(const ub_tok *t, const uint8_t *text, int64_t len, uint
             int32_t L = t->special_lens[k];
             if (L < 2 || p + L > len) continue;
             int32_t id = tok_token(t, text + p, L);
-            if (id >= 0 && t->special_rank[id] >= 0) present[t->special_rank[id]] = 1;
+            if (id >= 0 && t->special_rank[id] >= 0 && mark(present, ranks, t->special_rank[id])) return -1;
         }
     }
+    return 0;
 }
 
 /* text[len] -> *frags[*n_frags] (malloc'd, caller frees): raw spans (id -1) and special tokens, in order.
@@ -58,17 +71,18 @@ int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_s
                   tok_frag **frags, int64_t *n_frags) {
     fvec cur = {0}, nxt = {0};
     uint8_t *present = NULL;
+    ivec ranks = {0};
     *frags = NULL; *n_frags = 0;
     if (len == 0) return 0;
     if (fvec_push(&cur, -1, 0, len)) goto oom;
     if (t->n_special > 0) {
         present = (uint8_t *)calloc((size_t)t->n_special, 1);
         if (!present) goto oom;
-        mark_present(t, text, len, present);
+        if (mark_present(t, text, len, present, &ranks)) goto oom;
+        if (ranks.n > 1) qsort(ranks.v, (size_t)ranks.n, sizeof(int32_t), cmp_i32);   /* cache order: longest text first */
     }
-    for (int32_t k = 0; k < t->n_special; k++) {
-        if (!present[k]) continue;
-        int32_t sid = t->special[k];
+    for (int64_t r = 0; r < ranks.n; r++) {
+        int32_t sid = t->special[ranks.v[r]];
         int32_t attr = t->attrs[sid];
         if (!parse_special && (attr & (UB_ATTR_CONTROL | UB_ATTR_UNKNOWN))) continue;
         const uint8_t *s = t->blob + t->str_off[sid];
@@ -93,10 +107,10 @@ int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_s
         }
         fvec tmp = cur; cur = nxt; nxt = tmp;
     }
-    free(present); free(nxt.v);
+    free(present); free(nxt.v); free(ranks.v);
     *frags = cur.v; *n_frags = cur.n;
     return 0;
 oom:
-    free(present); free(cur.v); free(nxt.v);
+    free(present); free(cur.v); free(nxt.v); free(ranks.v);
     return -1;
 }

@@ -257,6 +257,7 @@ static int build_special_cache(ub_tok *t) {
 
 typedef struct { uint8_t *b; int64_t n, cap; } bvec;
 static int bvec_put(bvec *v, const void *s, int64_t n) {
+    if (n <= 0) return 0;
     if (v->n + n > v->cap) {
         int64_t nc = v->cap ? v->cap : 4096;
         while (nc < v->n + n) nc *= 2;

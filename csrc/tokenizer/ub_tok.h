@@ -68,6 +68,12 @@ int64_t ub_tok_detokenize(const ub_tok *t, const int32_t *ids, int64_t n, uint8_
 /* llama_token_to_piece: *piece points into t's cache (valid while t lives); returns its length after
  * dropping up to lstrip leading spaces, 0 for hidden tokens, -1 for a bad id. */
 int32_t ub_tok_piece(const ub_tok *t, int32_t id, int32_t special, int32_t lstrip, const uint8_t **piece);
+/* The whole piece cache: *offsets = int64[n_tokens + 1] (piece i is bytes [offsets[i], offsets[i+1])), both
+ * owned by t and valid while it lives; NULL before ub_tok_finalize. */
+const uint8_t *ub_tok_pieces(const ub_tok *t, const int64_t **offsets);
+/* The Unicode 15.1 class byte of code point cp (class = byte & 7: 0 undefined, 1 number, 2 letter, 3 separator,
+ * 4 mark, 5 punctuation, 6 symbol, 7 control; byte & 8: llama.cpp's whitespace set); cp >= 0x110000 -> 0. */
+int32_t ub_tok_cpt_class(uint32_t cp);
 /* cdef:end */
 
 #endif

@@ -20,6 +20,7 @@ FULL_N_UBATCH = [16, 32, 64, 128, 256, 512]
 
 # sub-command -> (package module, file of a source checkout, what it measures)
 KERNEL_BENCHES = {
+    "tokenizer": ("ubatch.bench.tokenizer_bench", "bench_tokenizer.py", "tokenizer: tokens/s vs llama-cpp-python"),
     "kv": ("ubatch.bench.kv", "bench_kv.py", "KV cache: find_slot, apply_ubatch, seq ops, KQ mask"),
     "attention": ("ubatch.bench.attention", "bench_attention.py", "the C attention kernel"),
     "decode": ("ubatch.bench.decode", "bench_decode.py", "the decode loop on the embedded model"),

@@ -67,10 +67,7 @@ class GGUFMetadata:
     def close(self) -> None:
         buf = getattr(self, "buf", None)
         if buf is not None:
-            try:
-                buf.close()
-            except BufferError:  # a numpy view still alive: the map goes when it does
-                pass
+            buf.close()
             self.buf = None
         if getattr(self, "_f", None) is not None:
             self._f.close()
@@ -120,7 +117,11 @@ class GGUFMetadata:
                 et, off = self._scalar(off, T_U32, f"the element type of {key}")
                 cnt, off = self._scalar(off, T_U64, f"the length of {key}")
                 if et == T_STR:
-                    end = lib.ub_gguf_skip_strings(ffi.from_buffer(self.buf), len(self.buf), off, cnt)
+                    raw = ffi.from_buffer("uint8_t[]", self.buf)
+                    try:
+                        end = lib.ub_gguf_skip_strings(raw, len(self.buf), off, cnt)
+                    finally:
+                        ffi.release(raw)
                     if end < 0:
                         raise TokenizerError(f"{self.path}: {key}: string array runs past the end of the file")
                     val, off = StringArray(off, cnt), end

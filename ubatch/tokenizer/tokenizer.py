@@ -5,6 +5,7 @@ be used from several threads at once (the C calls release the GIL).
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
@@ -15,6 +16,7 @@ from ubatch.tokenizer.errors import TokenizerError
 from ubatch.tokenizer.vocab import ATTR_CONTROL, Vocab, load_vocab
 
 TextLike = Union[str, bytes, bytearray, memoryview]
+log = logging.getLogger("ubatch.tokenizer")
 
 
 def _utf8(text: TextLike, strict_utf8: bool) -> bytes:
@@ -61,6 +63,7 @@ class Tokenizer:
         self.fim_sep: int = vocab.ids["fim_sep"]
         self.add_bos: bool = vocab.add_bos
         self.add_eos: bool = vocab.add_eos
+        self.add_sep: bool = vocab.add_sep
         self.add_space_prefix: bool = vocab.add_space_prefix
         self.model: str = vocab.model           # tokenizer.ggml.model
         self.pre: str = vocab.pre               # tokenizer.ggml.pre as used
@@ -68,7 +71,27 @@ class Tokenizer:
         self.chat_template: Optional[str] = vocab.chat_template
         self.chat_templates: Dict[str, str] = dict(vocab.chat_templates)
         self._eog = frozenset(vocab.eog)
-        self._errbuf = None
+        # the piece cache (token_to_piece with special = true) copied once; offsets and attributes as
+        # memoryviews, so token_to_piece is a slice, not a C call
+        offp = ffi.new("const int64_t **")
+        base = lib.ub_tok_pieces(self._h, offp)
+        off = ffi.buffer(offp[0], 8 * (self.n_vocab + 1))
+        self._piece_off = memoryview(bytes(off)).cast("q")
+        self._pieces = ffi.buffer(base, self._piece_off[self.n_vocab])[:]
+        self._attr_mv = memoryview(ffi.buffer(lib.ub_tok_attrs(self._h), 4 * self.n_vocab)).cast("i")
+        self.nl: int = self._linefeed()         # llama_vocab_nl
+
+    def _linefeed(self) -> int:
+        """llama.cpp's linefeed id: SPM byte_to_token('\\n') (<0x0A>, else the 1-byte text, else pad); BPE the first
+        token of tokenizing "\\n" (else pad)."""
+        if self.vocab_type == 1:
+            for text in (b"<0x0A>", b"\n"):
+                i = int(lib.ub_tok_find(self._h, text, len(text)))
+                if i >= 0:
+                    return i
+            return self.pad
+        ids = self.encode("\n", add_special=False)
+        return ids[0] if ids else self.pad
 
     @classmethod
     def from_gguf(cls, path: "str | os.PathLike[str]") -> "Tokenizer":
@@ -118,7 +141,7 @@ class Tokenizer:
         llama.cpp does."""
         data = _utf8(text, strict_utf8)
         err = ffi.new("char[]", 512)
-        cap = 3 * len(data) + 8
+        cap = len(data) + 16           # tokens <= bytes almost always; else one exact retry
         for _ in range(2):
             out = np.empty(cap, dtype=np.int32)
             n = lib.ub_tok_encode(self._h, data, len(data), int(bool(add_special)), int(bool(parse_special)),
@@ -126,30 +149,46 @@ class Tokenizer:
             if n < 0:
                 raise TokenizerError(ffi.string(err).decode("utf-8", "replace"))
             if n <= cap:
-                return out[:n].tolist()
+                ids = out[:n].tolist()
+                if add_special:
+                    self._warn_double(ids)
+                return ids
             cap = n
         raise TokenizerError("tokenize: output size changed between calls")  # pragma: no cover
 
     tokenize = encode
 
+    def _warn_double(self, ids: List[int]) -> None:
+        """llama.cpp's double-BOS / double-EOS warnings (the latter for BPE only), as log warnings."""
+        if self.add_bos and len(ids) >= 2 and ids[1] == self.bos:
+            log.warning("Added a BOS token to the prompt as specified by the model but the prompt also starts with "
+                        "a BOS token. So now the final prompt starts with 2 BOS tokens. Are you sure this is what "
+                        "you want?")
+        if self.vocab_type == 2 and self.add_eos and len(ids) >= 2 and ids[-2] == self.eos:
+            log.warning("Added a EOS token to the prompt as specified by the model but the prompt also ends with a "
+                        "EOS token. So now the final prompt ends with 2 EOS tokens. Are you sure this is what you "
+                        "want?")
+
     # --- detokenize ---
     def _ids_array(self, ids: Iterable[int]) -> np.ndarray:
-        if isinstance(ids, np.ndarray):
-            arr = ids
-        else:
+        if not isinstance(ids, (np.ndarray, list, tuple)):
             ids = list(ids)
-            for k, t in enumerate(ids):
-                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                    raise TypeError(f"ids[{k}] must be an int, not {type(t).__name__}")
-            arr = np.asarray(ids, dtype=np.int64) if ids else np.zeros(0, dtype=np.int64)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        try:
+            arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        except ValueError:
+            raise TypeError("ids must be a 1-D sequence of ints") from None
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int32)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            if arr.ndim == 1:   # name the culprit (error path only)
+                for k, t in enumerate(ids.tolist() if isinstance(ids, np.ndarray) else ids):
+                    if isinstance(t, bool) or not isinstance(t, int):
+                        raise TypeError(f"ids[{k}] must be an int, not {type(t).__name__}")
             raise TypeError("ids must be a 1-D sequence of ints")
-        if arr.size:
-            bad = np.flatnonzero((arr < 0) | (arr >= self.n_vocab))
-            if bad.size:
-                k = int(bad[0])
-                raise TokenizerError(f"ids[{k}] = {int(arr[k])} out of range [0, {self.n_vocab})")
-        return np.ascontiguousarray(arr, dtype=np.int32)
+        if arr.min() < 0 or arr.max() >= self.n_vocab:
+            k = int(np.flatnonzero((arr < 0) | (arr >= self.n_vocab))[0])
+            raise TokenizerError(f"ids[{k}] = {int(arr[k])} out of range [0, {self.n_vocab})")
+        return arr if arr.dtype == np.int32 and arr.flags.c_contiguous else np.ascontiguousarray(arr, dtype=np.int32)
 
     def decode_bytes(self, ids: Iterable[int], *, remove_special: bool = False,
                      unparse_special: bool = False) -> bytes:
@@ -179,12 +218,21 @@ class Tokenizer:
     def token_to_piece(self, token: int, *, special: bool = False, lstrip: int = 0) -> bytes:
         """llama_token_to_piece(vocab, token, lstrip, special): the token's bytes (possibly part of a UTF-8
         sequence); control/unknown tokens are empty unless special."""
-        t = self._check_id(token)
-        if isinstance(lstrip, bool) or not isinstance(lstrip, int) or lstrip < 0:
+        if type(token) is not int:
+            token = self._check_id(token)
+        if not 0 <= token < self.n_vocab:
+            raise TokenizerError(f"token id {token} out of range [0, {self.n_vocab})")
+        if type(lstrip) is not int or lstrip < 0:
             raise TokenizerError(f"lstrip must be an int >= 0, not {lstrip!r}")
-        p = ffi.new("const uint8_t **")
-        n = lib.ub_tok_piece(self._h, t, int(bool(special)), min(lstrip, 2 ** 31 - 1), p)
-        return ffi.buffer(p[0], n)[:] if n > 0 else b""
+        if not special and self._attr_mv[token] & 9:      # UNKNOWN | CONTROL: hidden
+            return b""
+        a, b = self._piece_off[token], self._piece_off[token + 1]
+        if lstrip:
+            pieces = self._pieces
+            while lstrip and a < b and pieces[a] == 32:
+                a += 1
+                lstrip -= 1
+        return self._pieces[a:b]
 
     # --- chat ---
     def apply_chat_template(self, messages: Sequence[dict], *, add_generation_prompt: bool = True,

@@ -8,6 +8,7 @@ vocabularies (vendor/llama.cpp/models/ggml-vocab-*.gguf in the llama-cpp-python 
 * mini-bpe-<pre>.gguf  gpt-2's 256 byte tokens + its first 3000 merges, <|endoftext|>, plus a CONTROL
   <|im_end|>, a USER_DEFINED <tool_call>, a NORMAL </s> (forced CONTROL by the EOG rule); one file per
   pre-tokenizer: default, gpt-2, llama-bpe (llama3), qwen2, smollm, starcoder
+* mini-bpe-lstrip.gguf  the same with general.name "modern-bert-mini" and a CONTROL [MASK]: llama.cpp's LSTRIP rule
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def _read(path):
     return r, toks, types, scores, merges
 
 
-def _copy_general(r, w):
+def _copy_general(r, w, skip=("general.architecture", "general.name")):
     for k, fl in r.fields.items():
-        if k.startswith("GGUF.") or k.startswith("tokenizer.") or k == "general.architecture":
+        if k.startswith("GGUF.") or k.startswith("tokenizer.") or k in skip:
             continue
         t = fl.types[0]
         if t == gguf.GGUFValueType.ARRAY:
@@ -43,9 +44,10 @@ def _copy_general(r, w):
         w.add_key_value(k, fl.contents(), t)
 
 
-def _write(path, arch, r, model, pre, toks, types, scores, merges, ids, flags):
+def _write(path, arch, r, model, pre, toks, types, scores, merges, ids, flags, name=None):
     w = gguf.GGUFWriter(path, arch)
     _copy_general(r, w)
+    w.add_name(name if name is not None else str(r.fields["general.name"].contents()))
     w.add_tokenizer_model(model)
     w.add_tokenizer_pre(pre)
     w.add_token_list(toks)
@@ -95,6 +97,9 @@ def main(models_dir: str) -> None:
     for pre in BPE_PRES:
         _write(os.path.join(HERE, f"mini-bpe-{pre}.gguf"), "gpt2", r, "gpt2", pre, btoks, btypes, None, mm,
                {"bos": eot, "eos": eot}, {})
+    # llama.cpp's LSTRIP rule: general.name containing "modern-bert" gives [MASK] LSTRIP
+    _write(os.path.join(HERE, "mini-bpe-lstrip.gguf"), "gpt2", r, "gpt2", "gpt-2", btoks + [b"[MASK]"],
+           btypes + [3], None, mm, {"bos": eot, "eos": eot}, {}, name="modern-bert-mini")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import argparse
 import ctypes
 import gzip
 import hashlib
+import io
 import json
 import os
 import sys
@@ -122,7 +123,7 @@ def record_vocab(path: str, tag: str, n: int, seed: int, check: bool, here: str)
             print("  ", p[:300], file=sys.stderr)
         return len(problems)
     out = os.path.join(here, f"{tag}.jsonl.gz")
-    with gzip.open(out, "wt", encoding="utf-8", compresslevel=9) as f:
+    with io.TextIOWrapper(gzip.GzipFile(out, "wb", compresslevel=9, mtime=0), encoding="utf-8") as f:
         f.write(json.dumps(header, ensure_ascii=False) + "\n")
         for r in recs:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -67,6 +67,21 @@ def _bad_bytes(rng: random.Random, text: str) -> bytes:
     return bytes(b)
 
 
+def beyond_unicode(b: bytes) -> bool:
+    """llama.cpp's decoder reads F0-F7 + 3 continuation bytes as one code point, up to 0x1FFFFF, and then throws
+    (uncaught: the process aborts) when re-encoding one above U+10FFFF; such inputs are not recorded."""
+    i = 0
+    while i < len(b):
+        c = b[i]
+        if 0xF0 <= c <= 0xF7 and i + 3 < len(b) and all(0x80 <= x <= 0xBF for x in b[i + 1:i + 4]):
+            if ((c & 7) << 18 | (b[i + 1] & 0x3F) << 12) > 0x10FFFF:
+                return True
+            i += 4
+        else:
+            i += 1
+    return False
+
+
 def make_texts(seed: int, n: int, specials: List[str]) -> List[Union[str, bytes]]:
     rng = random.Random(seed)
     out: List[Union[str, bytes]] = []
@@ -74,7 +89,10 @@ def make_texts(seed: int, n: int, specials: List[str]) -> List[Union[str, bytes]
         k = rng.choice([1, 2, 3, 5, 8, 13, 30])
         t = "".join(_piece(rng, specials) for _ in range(k))
         if i % 8 == 7:
-            out.append(_bad_bytes(rng, t))
+            b = _bad_bytes(rng, t)
+            while beyond_unicode(b):
+                b = _bad_bytes(rng, t)
+            out.append(b)
         else:
             out.append(t)
     return out
