@@ -10,8 +10,10 @@ from ubatch.engine.sampling import SampleBatch, SamplingParams, sample, uniform
 
 
 def reference(x: np.ndarray, p: SamplingParams, seed: int, counter: int, hist) -> int:
-    """llama.cpp's chain in numpy (float64 where the C code uses double)."""
+    """llama.cpp's chain in numpy (float64 where the C code uses double). Without any cut (no top-k, top-p 1,
+    min-p 0) the draw walks the vocabulary in id order (no sort needed), else the sorted candidates."""
     x = x.astype(np.float32).copy()
+    raw_max = float(x.max())
     for t, b in (p.logit_bias or {}).items():
         x[t] = x[t] + np.float32(b)
     if p.penalised and hist is not None:
@@ -23,6 +25,10 @@ def reference(x: np.ndarray, p: SamplingParams, seed: int, counter: int, hist) -
     if p.temperature <= 0:
         return order[0]
     k = p.top_k if 0 < p.top_k <= len(x) else len(x)
+    if k == len(x) and p.top_p >= 1 and p.min_p <= 0:
+        w = np.exp((x.astype(np.float64) - raw_max) / np.float32(p.temperature))
+        hit = np.flatnonzero(np.cumsum(w) > uniform(seed, counter) * w.sum())
+        return int(hit[0]) if hit.size else int(np.flatnonzero(w > 0)[-1])
     cand = order[:k]
     v = x[cand].astype(np.float64)
     if p.top_p < 1.0:
@@ -85,6 +91,19 @@ def test_chain_matches_reference(case):
         assert _one(x, p, seed, counter, hist) == reference(x, p, seed, counter, hist), (p, counter)
 
 
+@pytest.mark.parametrize("kw", [dict(top_k=0, top_p=1.0, min_p=0.0), dict(top_k=0, top_p=0.9, min_p=0.0),
+                                dict(top_k=0, top_p=1.0, min_p=0.01), dict(top_k=0, top_p=0.999, min_p=0.0)])
+def test_whole_vocabulary_paths_match_reference(kw):
+    """top_k disabled on a large vocabulary: the candidates grow until the cuts fall inside, or (no cut) the draw
+    walks the vocabulary without sorting; both equal the full-sort reference."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(30000) * 2).astype(np.float32)
+    p = SamplingParams(temperature=0.9, repeat_penalty=1.2, logit_bias={7: 4.0}, **kw).validated(30000)
+    hist = rng.integers(0, 30000, 20)
+    for c in range(6):
+        assert _one(x, p, 99, c, hist) == reference(x, p, 99, c, hist), c
+
+
 def test_distribution_follows_softmax():
     x = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], np.float32)
     p = SamplingParams(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0)
@@ -125,7 +144,8 @@ def test_repeat_penalty_changes_the_greedy_choice():
 def test_batch_and_thread_invariance():
     rng = np.random.default_rng(1)
     L = rng.standard_normal((32, 20000)).astype(np.float32) * 3
-    ps = [SamplingParams(temperature=0.9, top_k=int(k), repeat_penalty=1.2).validated() for k in rng.integers(0, 60, 32)]
+    ps = [SamplingParams(temperature=0.9, top_k=int(k), repeat_penalty=1.2).validated()
+          for k in rng.integers(0, 60, 32)]
     hist = [rng.integers(0, 20000, 30).astype(np.int32) for _ in range(32)]
     sb = SampleBatch()
     for i in range(32):
@@ -185,6 +205,10 @@ def test_plain_c_path_equals_avx2_bitwise():
     for i in range(8):
         sb.add(i, SamplingParams(temperature=0.9, top_k=int(5 + 7 * i), repeat_penalty=1.3).validated(), i, 2,
                rng.integers(0, 50003, 40).astype(np.int32))
+    for i, kw in enumerate([dict(top_p=1.0, min_p=0.0), dict(top_p=0.5, min_p=0.0), dict(top_p=1.0, min_p=0.2)]):
+        for c in range(4):        # whole vocabulary: the id-order walk and the growing candidate sets
+            sb.add(i, SamplingParams(temperature=1.1, top_k=0, frequency_penalty=0.3, logit_bias={3: 2.0},
+                                     **kw).validated(), 50 + i, c, rng.integers(0, 50003, 10).astype(np.int32))
     fast = sample(L, sb, n_logprobs=3)
     was = lib.ub_sample_force_plain(1)
     try:

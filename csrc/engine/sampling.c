@@ -121,20 +121,81 @@ static inline float exp_neg(float d) {
     return y * sc;
 }
 
-static double lse_plain(const float *x, int32_t nv) {
+static float max_plain(const float *x, int32_t nv) {
     float mx = x[0];
     for (int32_t t = 1; t < nv; t++) if (x[t] > mx) mx = x[t];
+    return mx;
+}
+
+/* sum over t of exp((x[t] - shift) / temp) with shift >= every x[t], in 8 double lanes (element t in lane t % 8,
+ * the tail added last): the order the AVX2 twin uses. */
+static double sumexp_plain(const float *x, int32_t nv, float shift, float temp) {
     double lane[8] = {0};
     int32_t t = 0;
     for (; t + 8 <= nv; t += 8)
-        for (int l = 0; l < 8; l++) lane[l] += (double)exp_neg(x[t + l] - mx);
+        for (int l = 0; l < 8; l++) lane[l] += (double)exp_neg((x[t + l] - shift) / temp);
     double s = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-    for (; t < nv; t++) s += (double)exp_neg(x[t] - mx);
-    return (double)mx + log(s);
+    for (; t < nv; t++) s += (double)exp_neg((x[t] - shift) / temp);
+    return s;
+}
+
+/* The id-order draw: the first token t at which the running sum of w[t] exceeds target, w[t] = exp((x[t] - shift)
+ * / temp) (the modified logit, in double, for flagged tokens: flag may be NULL); -1 if the sum never gets there.
+ * *last = the last token with w > 0. */
+static int32_t walk_plain(const float *x, int32_t nv, float shift, float temp, double target, const uint8_t *flag,
+                          const float *vmod, int32_t *last) {
+    double cum = 0.0;
+    for (int32_t t = 0; t < nv; t++) {
+        const double w = (flag && flag[t]) ? exp(((double)vmod[t] - shift) / temp) : (double)exp_neg((x[t] - shift) / temp);
+        if (w > 0.0) *last = t;
+        cum += w;
+        if (cum > target) return t;
+    }
+    return -1;
 }
 
 #ifdef UB_SAMPLE_X86
-__attribute__((target("avx2,fma"))) static double lse_avx2(const float *x, int32_t nv) {
+/* exp_neg of 8 lanes, the same operations as the scalar function. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp_neg8(__m256 d) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 ok = _mm256_cmp_ps(d, lo, _CMP_GE_OQ);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(LSE_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LSE_LN2_HI), d);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LSE_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(LSE_P[0]);
+    for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(LSE_P[k]));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_blendv_ps(lo, n, ok)),
+                                                    _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), ok);
+}
+
+__attribute__((target("avx2,fma"))) static int32_t walk_avx2(const float *x, int32_t nv, float shift, float temp,
+                                                             double target, const uint8_t *flag, const float *vmod,
+                                                             int32_t *last) {
+    const __m256 vsh = _mm256_set1_ps(shift), vt = _mm256_set1_ps(temp);
+    double cum = 0.0;
+    int32_t t = 0;
+    float y[8];
+    for (; t + 8 <= nv; t += 8) {
+        _mm256_storeu_ps(y, exp_neg8(_mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + t), vsh), vt)));
+        for (int l = 0; l < 8; l++) {
+            const double w = (flag && flag[t + l]) ? exp(((double)vmod[t + l] - shift) / temp) : (double)y[l];
+            if (w > 0.0) *last = t + l;
+            cum += w;
+            if (cum > target) return t + l;
+        }
+    }
+    for (; t < nv; t++) {
+        const double w = (flag && flag[t]) ? exp(((double)vmod[t] - shift) / temp) : (double)exp_neg((x[t] - shift) / temp);
+        if (w > 0.0) *last = t;
+        cum += w;
+        if (cum > target) return t;
+    }
+    return -1;
+}
+
+__attribute__((target("avx2,fma"))) static float max_avx2(const float *x, int32_t nv) {
     float mx = x[0];
     int32_t t = 0;
     if (nv >= 8) {
@@ -145,11 +206,17 @@ __attribute__((target("avx2,fma"))) static double lse_avx2(const float *x, int32
         for (int l = 0; l < 8; l++) if (tmp[l] > mx) mx = tmp[l];
     }
     for (; t < nv; t++) if (x[t] > mx) mx = x[t];
-    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f), l2e = _mm256_set1_ps(LSE_LOG2E);
-    const __m256 hi_ = _mm256_set1_ps(LSE_LN2_HI), lo_ = _mm256_set1_ps(LSE_LN2_LO), one = _mm256_set1_ps(1.0f);
+    return mx;
+}
+
+__attribute__((target("avx2,fma"))) static double sumexp_avx2(const float *x, int32_t nv, float shift, float temp) {
+    const __m256 vsh = _mm256_set1_ps(shift), vt = _mm256_set1_ps(temp), lo = _mm256_set1_ps(-87.0f);
+    const __m256 l2e = _mm256_set1_ps(LSE_LOG2E), hi_ = _mm256_set1_ps(LSE_LN2_HI), lo_ = _mm256_set1_ps(LSE_LN2_LO);
+    const __m256 one = _mm256_set1_ps(1.0f);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (t = 0; t + 8 <= nv; t += 8) {
-        __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + t), vmx);
+    int32_t t = 0;
+    for (; t + 8 <= nv; t += 8) {
+        __m256 d = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + t), vsh), vt);
         __m256 ok = _mm256_cmp_ps(d, lo, _CMP_GE_OQ);
         __m256 n = _mm256_round_ps(_mm256_mul_ps(d, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256 r = _mm256_fnmadd_ps(n, hi_, d);
@@ -168,24 +235,53 @@ __attribute__((target("avx2,fma"))) static double lse_avx2(const float *x, int32
     _mm256_storeu_pd(a, s0);
     _mm256_storeu_pd(b, s1);
     double s = ((a[0] + b[0]) + (a[1] + b[1])) + ((a[2] + b[2]) + (a[3] + b[3]));
-    for (; t < nv; t++) s += (double)exp_neg(x[t] - mx);
-    return (double)mx + log(s);
+    for (; t < nv; t++) s += (double)exp_neg((x[t] - shift) / temp);
+    return s;
 }
 #endif
 
 static int g_have_fma = -1;
+
 int ub_sample_force_plain(int on) {
     int was = g_force_plain;
     g_force_plain = on ? 1 : 0;
     return was;
 }
 
-static double log_sum_exp(const float *x, int32_t nv) {
+static int use_avx2_fma(void) {
 #ifdef UB_SAMPLE_X86
     if (g_have_fma < 0) g_have_fma = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
-    if (g_have_fma && !g_force_plain) return lse_avx2(x, nv);
+    return g_have_fma && !g_force_plain;
+#else
+    return 0;
 #endif
-    return lse_plain(x, nv);
+}
+
+static float row_max(const float *x, int32_t nv) {
+#ifdef UB_SAMPLE_X86
+    if (use_avx2_fma()) return max_avx2(x, nv);
+#endif
+    return max_plain(x, nv);
+}
+
+static double sum_exp(const float *x, int32_t nv, float shift, float temp) {
+#ifdef UB_SAMPLE_X86
+    if (use_avx2_fma()) return sumexp_avx2(x, nv, shift, temp);
+#endif
+    return sumexp_plain(x, nv, shift, temp);
+}
+
+static int32_t walk(const float *x, int32_t nv, float shift, float temp, double target, const uint8_t *flag,
+                    const float *vmod, int32_t *last) {
+#ifdef UB_SAMPLE_X86
+    if (use_avx2_fma()) return walk_avx2(x, nv, shift, temp, target, flag, vmod, last);
+#endif
+    return walk_plain(x, nv, shift, temp, target, flag, vmod, last);
+}
+
+static double log_sum_exp(const float *x, int32_t nv) {
+    const float mx = row_max(x, nv);
+    return (double)mx + log(sum_exp(x, nv, mx, 1.0f));
 }
 
 static int cmp_cand(const void *pa, const void *pb) {
@@ -217,9 +313,34 @@ typedef struct {
     int rc;
 } job;
 
-/* Per-thread scratch, all n_vocab long and all zero between requests: flag (1 biased, 2 penalised, 4 offered),
- * the token's count in the penalty window, its bias. */
-typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; } scratch;
+/* Per-thread scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count in
+ * the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request. */
+typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; float *vmod; int32_t *marked; } scratch;
+
+/* The kk best candidates (sorted: larger value first, lower id on ties) of row x with the n_marked flagged tokens
+ * at their modified value. Returns how many (min(kk, nv)). */
+static int32_t collect(const float *x, int32_t nv, int32_t kk, const scratch *S, int32_t n_marked) {
+    topk h = { S->cands, 0, kk };
+    for (int32_t q = 0; q < n_marked; q++) heap_offer(&h, S->vmod[S->marked[q]], S->marked[q]);
+    if (kk >= nv) {
+        for (int32_t t = 0; t < nv; t++)
+            if (!(n_marked && S->flag[t])) { h.a[h.n].v = x[t]; h.a[h.n].id = t; h.n++; }
+    } else {
+        scan(x, nv, n_marked ? S->flag : NULL, &h);
+    }
+    qsort(S->cands, (size_t)h.n, sizeof(cand), cmp_cand);
+    return h.n;
+}
+
+/* sum over the vocabulary of exp((v - shift) / temp), v the modified logits (see sum_exp for shift). */
+static double sum_exp_marked(const float *x, int32_t nv, float shift, float temp, const scratch *S, int32_t n_marked) {
+    double z = sum_exp(x, nv, shift, temp);
+    for (int32_t q = 0; q < n_marked; q++) {
+        const int32_t t = S->marked[q];
+        z += exp(((double)S->vmod[t] - shift) / temp) - (double)exp_neg((x[t] - shift) / temp);
+    }
+    return z;
+}
 
 /* Samples request i (see ub_sampling.h for the chain). */
 static void sample_one(const job *J, int32_t i, scratch *S) {
@@ -231,55 +352,80 @@ static void sample_one(const job *J, int32_t i, scratch *S) {
     uint8_t *flag = S->flag;
     int32_t k = J->top_k[i];
     if (k <= 0 || k > nv) k = nv;
-    if (temp <= 0.0f) k = 1;
-    topk h = { cands, 0, k };
 
-    /* tokens with a bias or a penalty: marked, offered once with their modified value; the scan skips them */
+    /* tokens with a bias or a penalty: flagged, their modified value kept in vmod; scans skip them */
     const int64_t b0 = J->bias_off ? J->bias_off[i] : 0, b1 = J->bias_off ? J->bias_off[i + 1] : 0;
     const int64_t p0 = J->pen_off[i], p1 = J->pen_off[i + 1];
     const int use_pen = (rep != 1.0f || freq != 0.0f || pres != 0.0f) && p1 > p0;
-    const int marked = b1 > b0 || use_pen;
-    for (int64_t b = b0; b < b1; b++) { flag[J->bias_tok[b]] |= 1; S->bias[J->bias_tok[b]] = J->bias_val[b]; }
+    int32_t n_marked = 0;
+    for (int64_t b = b0; b < b1; b++) {
+        const int32_t t = J->bias_tok[b];
+        if (!flag[t]) S->marked[n_marked++] = t;
+        flag[t] |= 1;
+        S->bias[t] = J->bias_val[b];
+    }
     if (use_pen)
-        for (int64_t p = p0; p < p1; p++) { flag[J->pen_tok[p]] |= 2; S->cnt[J->pen_tok[p]]++; }
-    for (int pass = 0; pass < 2 && marked; pass++) {
-        const int64_t a = pass ? p0 : b0, e = pass ? (use_pen ? p1 : p0) : b1;
-        const int32_t *ids = pass ? J->pen_tok : J->bias_tok;
-        for (int64_t q = a; q < e; q++) {
-            const int32_t t = ids[q];
-            if (flag[t] & 4) continue;
-            flag[t] |= 4;
-            float v = x[t];
-            if (flag[t] & 1) v += S->bias[t];
-            if (flag[t] & 2) {                   /* llama.cpp's penalties sampler */
-                v = v <= 0.0f ? v * rep : v / rep;
-                v -= (float)S->cnt[t] * freq + pres;
-            }
-            heap_offer(&h, v, t);
+        for (int64_t p = p0; p < p1; p++) {
+            const int32_t t = J->pen_tok[p];
+            if (!flag[t]) S->marked[n_marked++] = t;
+            flag[t] |= 2;
+            S->cnt[t]++;
         }
+    for (int32_t q = 0; q < n_marked; q++) {
+        const int32_t t = S->marked[q];
+        float v = x[t];
+        if (flag[t] & 1) v += S->bias[t];
+        if (flag[t] & 2) {                   /* llama.cpp's penalties sampler */
+            v = v <= 0.0f ? v * rep : v / rep;
+            v -= (float)S->cnt[t] * freq + pres;
+        }
+        S->vmod[t] = v;
     }
-    if (k == nv) {              /* whole vocabulary: every token is a candidate, sorted below */
-        for (int32_t t = 0; t < nv; t++)
-            if (!(marked && flag[t])) { cands[h.n].v = x[t]; cands[h.n].id = t; h.n++; }
-    } else {
-        scan(x, nv, marked ? flag : NULL, &h);
-    }
-    for (int64_t b = b0; b < b1; b++) { flag[J->bias_tok[b]] = 0; S->bias[J->bias_tok[b]] = 0.0f; }
-    if (use_pen)
-        for (int64_t p = p0; p < p1; p++) { flag[J->pen_tok[p]] = 0; S->cnt[J->pen_tok[p]] = 0; }
 
-    int32_t m = h.n;
-    qsort(cands, (size_t)m, sizeof(cand), cmp_cand);
-    int32_t tok = cands[0].id;
-    if (temp > 0.0f && m > 1) {
-        const double vmax = cands[0].v;
+    int32_t tok;
+    if (temp <= 0.0f) {                      /* greedy */
+        collect(x, nv, 1, S, n_marked);
+        tok = cands[0].id;
+    } else if (k == nv && J->top_p[i] >= 1.0f && J->min_p[i] <= 0.0f) {
+        /* no cut at all: draw over the whole vocabulary in id order, no sort */
+        const float mr = row_max(x, nv);
+        const double target = ub_sample_uniform(J->seed[i], J->counter[i]) *
+                              sum_exp_marked(x, nv, mr, temp, S, n_marked);
+        int32_t last = 0;
+        tok = walk(x, nv, mr, temp, target, n_marked ? flag : NULL, S->vmod, &last);
+        if (tok < 0) tok = last;
+    } else {
         const float tp = J->top_p[i], mp = J->min_p[i];
-        if (tp < 1.0f) {        /* smallest prefix whose probability reaches top_p */
-            double s = 0.0, cum = 0.0;
-            for (int32_t j = 0; j < m; j++) s += exp((double)cands[j].v - vmax);
-            for (int32_t j = 0; j < m; j++) {
-                cum += exp((double)cands[j].v - vmax) / s;
-                if (cum >= tp) { m = j + 1; break; }
+        int32_t m;
+        if (k < nv) {                        /* top-k: top-p normalises over the k candidates */
+            m = collect(x, nv, k, S, n_marked);
+            if (tp < 1.0f && m > 1) {
+                const double vmax = cands[0].v;
+                double s = 0.0, cum = 0.0;
+                for (int32_t j = 0; j < m; j++) s += exp((double)cands[j].v - vmax);
+                for (int32_t j = 0; j < m; j++) {
+                    cum += exp((double)cands[j].v - vmax) / s;
+                    if (cum >= tp) { m = j + 1; break; }
+                }
+            }
+        } else {                             /* whole vocabulary: grow the candidates until the cuts fall inside */
+            const float mr = row_max(x, nv);
+            const double z = sum_exp_marked(x, nv, mr, 1.0f, S, n_marked);
+            int32_t kk = 64;
+            for (;;) {
+                if ((int64_t)kk * 4 >= nv) kk = nv;
+                m = collect(x, nv, kk, S, n_marked);
+                int found = 0;
+                if (tp < 1.0f) {
+                    double cum = 0.0;
+                    for (int32_t j = 0; j < m; j++) {
+                        cum += exp((double)cands[j].v - mr) / z;
+                        if (cum >= tp) { m = j + 1; found = 1; break; }
+                    }
+                }
+                if (found || kk == nv) break;
+                if (mp > 0.0f && cands[m - 1].v < cands[0].v + logf(mp)) break;   /* min-p cuts inside */
+                kk *= 8;
             }
         }
         if (mp > 0.0f) {        /* tokens within log(min_p) of the best */
@@ -288,15 +434,25 @@ static void sample_one(const job *J, int32_t i, scratch *S) {
             while (keep < m && cands[keep].v >= lim) keep++;
             m = keep;
         }
-        double s = 0.0;
-        for (int32_t j = 0; j < m; j++) s += exp(((double)cands[j].v - vmax) / temp);
-        const double target = ub_sample_uniform(J->seed[i], J->counter[i]) * s;
-        double cum = 0.0;
-        tok = cands[m - 1].id;
-        for (int32_t j = 0; j < m; j++) {
-            cum += exp(((double)cands[j].v - vmax) / temp);
-            if (cum > target) { tok = cands[j].id; break; }
+        tok = cands[0].id;
+        if (m > 1) {
+            const double vmax = cands[0].v;
+            double s = 0.0;
+            for (int32_t j = 0; j < m; j++) s += exp(((double)cands[j].v - vmax) / temp);
+            const double target = ub_sample_uniform(J->seed[i], J->counter[i]) * s;
+            double cum = 0.0;
+            tok = cands[m - 1].id;
+            for (int32_t j = 0; j < m; j++) {
+                cum += exp(((double)cands[j].v - vmax) / temp);
+                if (cum > target) { tok = cands[j].id; break; }
+            }
         }
+    }
+    for (int32_t q = 0; q < n_marked; q++) {
+        const int32_t t = S->marked[q];
+        flag[t] = 0;
+        S->cnt[t] = 0;
+        S->bias[t] = 0.0f;
     }
     J->out_tok[i] = tok;
 
@@ -323,7 +479,9 @@ static void *run_job(void *arg) {
     S.flag = (uint8_t *)calloc((size_t)J->n_vocab, 1);
     S.cnt = (int32_t *)calloc((size_t)J->n_vocab, sizeof(int32_t));
     S.bias = (float *)calloc((size_t)J->n_vocab, sizeof(float));
-    if (S.cands && S.flag && S.cnt && S.bias) {
+    S.vmod = (float *)malloc((size_t)J->n_vocab * sizeof(float));
+    S.marked = (int32_t *)malloc((size_t)J->n_vocab * sizeof(int32_t));
+    if (S.cands && S.flag && S.cnt && S.bias && S.vmod && S.marked) {
         for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, &S);
         J->rc = UB_OK;
     } else {
@@ -333,6 +491,8 @@ static void *run_job(void *arg) {
     free(S.flag);
     free(S.cnt);
     free(S.bias);
+    free(S.vmod);
+    free(S.marked);
     return NULL;
 }
 

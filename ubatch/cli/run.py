@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
     p.add_argument("--min-p", type=float, default=0.05, help="default 0.05")
     p.add_argument("--repeat-penalty", type=float, default=1.1, help="over the last 64 tokens (default 1.1)")
-    p.add_argument("--ignore-eos", action="store_true", help="generate max_tokens even after an end-of-generation token")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="generate max_tokens even after an end-of-generation token")
     p.add_argument("--seed", type=int, default=0, help="seed of the request stream and of the sampling (default 0)")
     p.add_argument("--threads", "--n-threads", dest="threads", type=int, default=None,
                    help="compute threads (default: all cores)")
@@ -233,7 +234,8 @@ def run(args) -> int:
                      "latency_s": round(t.finished - t.added, 6)})
     d["finish_reasons"] = reasons
     d["messages"] = skipped + d["messages"]
-    d["samples"] = [{k: r[k] for k in ("request", "prompt", "text", "finish_reason")} for r in rows[:max(args.samples, 0)]]
+    d["samples"] = [{k: r[k] for k in ("request", "prompt", "text", "finish_reason")}
+                    for r in rows[:max(args.samples, 0)]]
     d["config"] = {"model": model_name, "arch": getattr(model, "arch", "llama"), "n_vocab": int(model.n_vocab),
                    "n_ctx": ctx.n_ctx, "n_ctx_seq": ctx.n_ctx_seq, "n_batch": ctx.n_batch, "n_ubatch": ctx.n_ubatch,
                    "parallel": ctx.n_seq_max, "kv_unified": ctx.kv_unified, "seed": args.seed,

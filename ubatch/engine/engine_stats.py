@@ -12,11 +12,17 @@ from ubatch.engine.batcher import RunStats
 
 @dataclass
 class RequestTimes:
-    """perf_counter() times of one request: added, first token sampled, finished (0.0 until then)."""
+    """perf_counter() times of one request: added, first token sampled, finished (0.0 until then); and, for the
+    timeline, the number of ubatches computed before it was first admitted, before its first token and before it
+    finished (-1 until then), and the sequence id it first ran in."""
 
     added: float = 0.0
     first_token: float = 0.0
     finished: float = 0.0
+    ub_admitted: int = -1
+    ub_first: int = -1
+    ub_finished: int = -1
+    seq_id: int = -1
 
 
 @dataclass

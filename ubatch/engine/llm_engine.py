@@ -277,6 +277,9 @@ class LLMEngine:
             if len(unit) > len(self._free) or not self._room(unit):
                 break
             self._waiting.popleft()
+            if req.times.ub_admitted < 0:
+                req.times.ub_admitted = self.statistics.n_ubatches
+                req.times.seq_id = self._free[0]
             stamp = next(self._stamp)
             for k, s in enumerate(unit):
                 s.seq_id = heapq.heappop(self._free)
@@ -472,6 +475,7 @@ class LLMEngine:
                         "top_logprobs": list(zip(top_id[i, :k].tolist(), top_lp[i, :k].tolist()))}
             if not g.req.times.first_token:
                 g.req.times.first_token = now
+                g.req.times.ub_first = self.statistics.n_ubatches
             self._on_token(g, t_, info)
             touched[g.req.rid] = g.req
 
@@ -504,6 +508,7 @@ class LLMEngine:
         req = s.req
         if req.finished:
             req.times.finished = time.perf_counter()
+            req.times.ub_finished = self.statistics.n_ubatches
             self.statistics.finished += 1
 
     def _output(self, req: _Req) -> RequestOutput:

@@ -44,7 +44,14 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     x = np.arange(n)
     width = 1.0 if n > 150 else 0.85
 
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(min(22.0, max(13.0, n / 28)), 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    times = [t for t in getattr(stats, "times", []) if getattr(t, "ub_admitted", -1) >= 0]
+    if times:       # the text engine: a third panel with every request's life
+        fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(min(22.0, max(13.0, n / 28)), 10.5), sharex=True,
+                                           gridspec_kw={"height_ratios": [3, 2, 2.2]})
+    else:
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(min(22.0, max(13.0, n / 28)), 7.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+        ax3 = None
     bottom = np.zeros(n)
     for s in seqs:
         for arr, c in ((dec[s], colours[s]), (prompt[s], _lighter(colours[s]))):
@@ -102,8 +109,13 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     ax2.text(0, stats.kv_size, f" {stats.kv_size} cells per stream", va="bottom", ha="left", fontsize=9)
     ax2.set_ylim(0, stats.kv_size * 1.15)
     ax2.set_ylabel("KV cells used")
-    ax2.set_xlabel("ubatch, in decode order" + ("" if n and len(set(calls.tolist())) > 80
-                                                 else " (shaded bands: alternate decode calls)"))
+    xlabel = "ubatch, in decode order" + ("" if n and len(set(calls.tolist())) > 80
+                                          else " (shaded bands: alternate decode calls)")
+    if ax3 is None:
+        ax2.set_xlabel(xlabel)
+    else:
+        _requests_panel(ax3, times, colours, n)
+        ax3.set_xlabel(xlabel)
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     ax2.set_xlim(-0.5, max(n, 1) - 0.5)
@@ -121,6 +133,27 @@ def plot_timeline(stats: RunStats, path: str, *, config: Optional[dict] = None) 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _requests_panel(ax, times, colours, n: int) -> None:
+    """One row per request: queued (grey, from the start), prompt until its first token (light), generating until
+    it finished (its first sequence's colour); x in ubatches, like the panels above."""
+    from matplotlib.patches import Patch
+    k = len(times)
+    for i, t in enumerate(times):
+        end = t.ub_finished if t.ub_finished >= 0 else n
+        first = t.ub_first if t.ub_first >= 0 else end
+        c = colours[t.seq_id % len(colours)] if t.seq_id >= 0 else (0.4, 0.4, 0.4, 1.0)
+        ax.barh(i, t.ub_admitted, left=0, height=0.8, color="0.88", linewidth=0)
+        ax.barh(i, max(first - t.ub_admitted, 0.4), left=t.ub_admitted, height=0.8, color=_lighter(c), linewidth=0)
+        ax.barh(i, max(end - first, 0.4), left=first, height=0.8, color=c, linewidth=0)
+    ax.set_ylim(k - 0.4, -0.6)
+    ax.set_ylabel("request")
+    if k > 24:
+        ax.set_yticks(np.arange(0, k, max(1, k // 12)))
+    ax.legend(handles=[Patch(color="0.88", label="queued"), Patch(color=_lighter((0.35, 0.35, 0.35, 1.0)),
+                       label="prompt (until 1st token)"), Patch(color="0.35", label="generating (seq colour)")],
+              loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
 
 
 __all__ = ["PLOT_HINT", "plot_timeline"]
