@@ -1,7 +1,6 @@
 """A real `ubatch serve` process on a free 127.0.0.1 port (port 0: the server picks it and prints it)."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -12,7 +11,8 @@ from typing import List, Optional
 
 import httpx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from child_process import CHILD_CWD, child_env
+
 _LISTEN = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
@@ -20,8 +20,7 @@ class ServerProcess:
     def __init__(self, *args: str, model: str = "tiny-llama", timeout: float = 120.0) -> None:
         cmd = [sys.executable, "-m", "ubatch", "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
                *args]
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=CHILD_CWD, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
         self.log: List[str] = []
         self.url: Optional[str] = None

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+from child_process import CHILD_CWD, child_env
+
 from ubatch.models import TINY_LLAMA_PATH
 
 ALIAS = textwrap.dedent("""
@@ -116,7 +118,8 @@ LLAMA_EXAMPLE = textwrap.dedent("""
 
 def _run(code: str, alias: bool) -> str:
     src = (ALIAS if alias else "") + f"MODEL = {TINY_LLAMA_PATH!r}\n" + code
-    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=120,
+                       env=child_env(), cwd=CHILD_CWD)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 

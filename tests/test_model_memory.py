@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from child_process import CHILD_CWD, child_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 PROBE = r"""
 import json, sys
@@ -36,9 +37,8 @@ print(json.dumps(dict(file=os.path.getsize(path), loaded=r1 - r0, after_decode=r
 
 
 def probe(name):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", PROBE, name], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=600)
+    out = subprocess.run([sys.executable, "-c", PROBE, name], capture_output=True, text=True, env=child_env(),
+                         cwd=CHILD_CWD, timeout=600)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -8,6 +8,9 @@ import pytest
 
 from ubatch.cli import main
 
+# the README's quick start and `ubatch run` use Gemma 3 270M (the default model)
+pytestmark = pytest.mark.realmodel
+
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "README.md")
 
 

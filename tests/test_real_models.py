@@ -4,7 +4,7 @@ M = max(0.2, the largest top-1/top-2 margin at which llama.cpp's configurations 
 on every output row where llama.cpp's margin >= M the same argmax; per-row max |dlogit| over llama.cpp's
 top-64 ids within llama.cpp's own spread across n_ubatch values on >= 99 % of the rows; greedy
 continuations equal up to the first step where llama.cpp's margin < M. Every scenario and all greedy
-prompts: `python tests/realmodel_replay.py` (the thorough run; its output is in docs/readme/models.md)."""
+prompts: `python tests/realmodel_replay.py` (the thorough run; its output is in docs/models.md)."""
 import numpy as np
 import pytest
 

@@ -1,6 +1,6 @@
 """ubatch.llama_cpp: a drop-in for llama-cpp-python 0.3.36 on ubatch (`import ubatch.llama_cpp as llama_cpp`).
 The low-level API is `ubatch.llama_cpp.llama_cpp` (re-exported here, as llama_cpp does); the high-level
-`Llama` class is in `ubatch.llama_cpp.llama`. See docs/readme/compat.md for what differs."""
+`Llama` class is in `ubatch.llama_cpp.llama`. See docs/compat.md for what differs."""
 from ubatch.llama_cpp.llama_cpp import *  # noqa: F401,F403
 
 __version__ = "0.3.36"

@@ -213,7 +213,7 @@ class _Loader:
                 setattr(v, flag, b)
 
         # EOT / EOM / FIM detection by text (first candidate in llama.cpp's list order; llama.cpp walks an
-        # unordered_map, see docs/readme/tokenizer.md) forces CONTROL on the hit
+        # unordered_map, see docs/tokenizer.md) forces CONTROL on the hit
         for fld, texts in [("eot", EOT_TEXTS), ("eom", EOM_TEXTS)] + list(FIM_TEXTS.items()):
             if ids[fld] != -1:
                 continue
