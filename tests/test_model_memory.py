@@ -10,7 +10,6 @@ import pytest
 
 from child_process import CHILD_CWD, child_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROBE = r"""
 import json, sys
