@@ -29,6 +29,7 @@ kv = sum(a.nbytes for a in ctx._runner.k + ctx._runner.v)
 ctx.decode(ubatch.Batch.from_arrays(tokens=list(range(10, 42)), pos=list(range(32)), seq_ids=[0] * 32,
                                     output=[0] * 31 + [1]))
 r2 = rss()
+import os
 print(json.dumps(dict(file=os.path.getsize(path), loaded=r1 - r0, after_decode=r2 - r0, kv=kv)))
 """
 
