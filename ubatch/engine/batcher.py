@@ -45,6 +45,21 @@ class UbatchRecord:
     seq_tokens: Dict[int, Tuple[int, int]]  # seq id -> (prompt tokens, decode tokens)
 
 
+def ubatch_records(ubs, seq: np.ndarray, prompt: np.ndarray, call: int, t: float) -> List[UbatchRecord]:
+    """One UbatchRecord per ubatch of a decode call; seq[i] / prompt[i]: the sequence of batch row i and
+    whether it was a prompt token (vectorised per ubatch: one bincount each)."""
+    out = []
+    for ub in ubs:
+        rows = np.asarray(ub.batch_idxs)
+        s = seq[rows]
+        n_all = np.bincount(s)
+        n_p = np.bincount(s, weights=prompt[rows], minlength=len(n_all)).astype(np.int64)
+        ids = np.flatnonzero(n_all)
+        out.append(UbatchRecord(call, t, int(ub.n_tokens), (int(ub.n_seqs), int(ub.n_seq_tokens)),
+                                dict(zip(ids.tolist(), zip(n_p[ids].tolist(), (n_all[ids] - n_p[ids]).tolist())))))
+    return out
+
+
 @dataclass
 class RunStats:
     """Everything `ubatch run` reports."""
@@ -210,16 +225,7 @@ class ContinuousBatcher:
         st.prompt_tokens += int(prompt.sum())
         st.decode_tokens += int((~prompt).sum())
         seqs = sb.seq[off:end]
-        for ub in ctx.last_ubatches:
-            rows = np.asarray(ub.batch_idxs)
-            s = seqs[rows]
-            n_all = np.bincount(s)
-            n_p = np.bincount(s, weights=prompt[rows], minlength=len(n_all)).astype(np.int64)
-            ids = np.flatnonzero(n_all)
-            st.ubatches.append(UbatchRecord(st.decode_calls - 1, rel, int(ub.n_tokens),
-                                            (int(ub.n_seqs), int(ub.n_seq_tokens)),
-                                            dict(zip(ids.tolist(), zip(n_p[ids].tolist(),
-                                                                        (n_all[ids] - n_p[ids]).tolist())))))
+        st.ubatches.extend(ubatch_records(ctx.last_ubatches, seqs, prompt, st.decode_calls - 1, rel))
         used = [self.kv.used(k) for k in range(self.kv.n_stream)]
         st.kv_used.append((rel, used))
         st.peak_kv_cells = [max(a, b) for a, b in zip(st.peak_kv_cells, used)]
@@ -243,4 +249,4 @@ class ContinuousBatcher:
                 n_done += 1
         return n_done
 
-__all__ = ["ContinuousBatcher", "RunStats", "UbatchRecord"]
+__all__ = ["ContinuousBatcher", "RunStats", "UbatchRecord", "ubatch_records"]

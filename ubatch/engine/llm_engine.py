@@ -32,7 +32,7 @@ import numpy as np
 
 from ubatch.batch.container import Batch
 from ubatch.common.errors import KVCacheFullError, UbatchError
-from ubatch.engine.batcher import UbatchRecord
+from ubatch.engine.batcher import ubatch_records
 from ubatch.engine.context import Context
 from ubatch.engine.detok import TextState
 from ubatch.engine.engine_stats import EngineStats, RequestTimes
@@ -428,16 +428,7 @@ class LLMEngine:
             return
         rel = now - self._t0
         st.kv_used.append((rel, used))
-        for ub in ubs:
-            rows = np.asarray(ub.batch_idxs)
-            s = seq[rows]
-            n_all = np.bincount(s)
-            n_p = np.bincount(s, weights=prompt[rows], minlength=len(n_all)).astype(np.int64)
-            ids = np.flatnonzero(n_all)
-            st.ubatches.append(UbatchRecord(st.decode_calls - 1, rel, int(ub.n_tokens),
-                                            (int(ub.n_seqs), int(ub.n_seq_tokens)),
-                                            dict(zip(ids.tolist(), zip(n_p[ids].tolist(),
-                                                                        (n_all[ids] - n_p[ids]).tolist())))))
+        st.ubatches.extend(ubatch_records(ubs, seq, prompt, st.decode_calls - 1, rel))
 
     def _sample_slice(self, owners: List[_Seq], own: np.ndarray, out: np.ndarray, touched: Dict[str, _Req]) -> None:
         """Samples every output row of the decoded slice (forking prompts with n > 1 first)."""
