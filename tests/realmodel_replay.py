@@ -1,8 +1,9 @@
 """Replays llama.cpp's recorded real-model decode scenarios (tests/data/realmodel/<tag>/decode) through
 ubatch.Context and compares with the agreement rules of issue 11 item 4 / issue 12 item 5:
 
-* M = max(0.2, the largest top-1/top-2 margin at which llama.cpp's own configurations disagreed:
-  summary.json greedy.max_margin_at_divergence);
+* M = max(0.2, the largest top-1/top-2 margin at which llama.cpp's own configurations disagreed
+  (summary.json greedy.max_margin_at_divergence), the largest change of a row's margin between two of
+  llama.cpp's own f32 configurations (margin_motion: qwen 0.239, gemma 0.551));
 * on every output row where llama.cpp's margin >= M: the same argmax;
 * per-row max |dlogit| over llama.cpp's stored top-64 ids <= llama.cpp's own spread across n_ubatch values
   (checks.json: max of single32_vs_ub1/ub4/ub8 max_abs_diff) on >= 99 % of the rows."""
@@ -30,9 +31,50 @@ def load_scenario(model: str, name: str):
 
 
 def margin_threshold(model: str) -> float:
+    """M: below it a row is a near-tie that llama.cpp itself may answer either way. The largest of 0.2, the
+    largest margin at which llama.cpp's own ways disagreed (summary.json) and the largest change of a row's
+    top-1/top-2 margin between llama.cpp's own f32 configurations of the same rows (margin_motion)."""
     with open(os.path.join(DATA, "summary.json")) as f:
         s = json.load(f)
-    return max(0.2, float(s["models"][TAGS[model]]["greedy"]["max_margin_at_divergence"]))
+    return max(0.2, float(s["models"][TAGS[model]]["greedy"]["max_margin_at_divergence"]), margin_motion(model))
+
+
+_MOTION: Dict[str, float] = {}
+
+
+def margin_motion(model: str) -> float:
+    """The largest |change| of llama.cpp's top-1/top-2 margin (of the first configuration's top two ids) on
+    the same row between two of its recorded f32 configurations of the same prompts: llama.cpp's own
+    margin noise. A row whose margin is below it is one llama.cpp could flip by changing only n_ubatch."""
+    if model not in _MOTION:
+        d = os.path.join(DATA, TAGS[model], "decode")
+        fams: Dict[str, list] = {}
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(".json") or f == "checks.json":
+                continue
+            doc, ref = load_scenario(model, f[:-5])
+            if doc["scenario"]["ctx"]["type_k"] != "f32":
+                continue
+            rows = {}
+            for si, st in enumerate(doc["result"]["steps"]):
+                if f"s{si}_top_vals" not in ref:
+                    continue
+                tag = doc["scenario"]["steps"][si].get("tag")
+                ids, vals = ref[f"s{si}_top_ids"], ref[f"s{si}_top_vals"]
+                for r, row in enumerate(st["rows"]):
+                    rows[(row["seq"], row["pos"], row["token"], tag)] = dict(zip(ids[r].tolist(), vals[r].tolist()))
+            fams.setdefault(_family(f[:-5]), []).append(rows)
+        worst = 0.0
+        for confs in fams.values():
+            for i, a_rows in enumerate(confs):
+                for b_rows in confs[i + 1:]:
+                    for k in a_rows.keys() & b_rows.keys():
+                        a, b = a_rows[k], b_rows[k]
+                        t1, t2 = sorted(a, key=a.get, reverse=True)[:2]
+                        if t1 in b and t2 in b:
+                            worst = max(worst, abs((b[t1] - b[t2]) - (a[t1] - a[t2])))
+        _MOTION[model] = worst
+    return _MOTION[model]
 
 
 def ubatch_spread(model: str) -> float:

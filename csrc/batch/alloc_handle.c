@@ -142,9 +142,14 @@ int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *id
     return count;
 }
 
-/* out int32[n_seq_max], ids / vals int32[n]: all caller-owned. */
-void ub_alloc_fill_bounds(int32_t *out, int32_t n_seq_max, const int32_t *ids, const int32_t *vals, int32_t n) {
+/* out int32[n_seq_max], ids int32[n], vals int64[n] (a memory's answers for seq ids[k]): all caller-owned.
+ * Fills out with -1 and out[ids[k]] = vals[k]. Returns -1, or the first k whose value is outside
+ * [-1, INT32_MAX] (out is then incomplete: the caller raises naming seq ids[k]). */
+int32_t ub_alloc_fill_bounds(int32_t *out, int32_t n_seq_max, const int32_t *ids, const int64_t *vals, int32_t n) {
     for (int32_t s = 0; s < n_seq_max; s++) out[s] = -1;
-    for (int32_t k = 0; k < n; k++)
-        if (ids[k] >= 0 && ids[k] < n_seq_max) out[ids[k]] = vals[k];
+    for (int32_t k = 0; k < n; k++) {
+        if (vals[k] < -1 || vals[k] > INT32_MAX) return k;
+        if (ids[k] >= 0 && ids[k] < n_seq_max) out[ids[k]] = (int32_t)vals[k];
+    }
+    return -1;
 }

@@ -51,9 +51,10 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
  * argument. O(total ids). */
 int32_t ub_alloc_batch_seqs(const ub_batch_in *b, int32_t n_seq_max, int32_t *ids, int32_t *cpl, int32_t *n_cpl);
 
-/* out int32[n_seq_max] (caller-owned) = -1 everywhere, then out[ids[k]] = vals[k] for k < n (ids in
- * [0, n_seq_max), from ub_alloc_batch_seqs): a memory's answers for some sequences as init's dense array. */
-void ub_alloc_fill_bounds(int32_t *out, int32_t n_seq_max, const int32_t *ids, const int32_t *vals, int32_t n);
+/* out int32[n_seq_max] (caller-owned) = -1 everywhere, then out[ids[k]] = vals[k] (int64) for k < n (ids in
+ * [0, n_seq_max), from ub_alloc_batch_seqs): a memory's answers for some sequences as init's dense array.
+ * Returns -1, or the first k whose value is outside [-1, INT32_MAX]. */
+int32_t ub_alloc_fill_bounds(int32_t *out, int32_t n_seq_max, const int32_t *ids, const int64_t *vals, int32_t n);
 
 int ub_alloc_split_reset(ub_alloc *a);
 /* Each split returns a new ubatch (caller frees it) or NULL; *status tells NULL apart:

@@ -29,13 +29,19 @@ def seq_pos_bounds(memory, n_seq_max: int):
     return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
 
 
-def _ask(name: str, fn, ids: list, n_seq_max: int):
-    """int32_t[n_seq_max] (cffi, owned): fn(s) for the ids asked (checked like _bound_int), -1 elsewhere."""
-    vals = [fn(s) for s in ids]
-    if vals and (not set(map(type, vals)) <= {int} or min(vals) < -1 or max(vals) > _I32_MAX):
-        vals = [_bound_int(name, s, v) for s, v in zip(ids, vals)]      # names the culprit, or converts
+def _ask(name: str, fn, ids_c, n: int, n_seq_max: int):
+    """int32_t[n_seq_max] (cffi, owned): fn(s) for the n seq ids in ids_c (int32_t[]), -1 elsewhere. The
+    answers cross to C as one int64 array, checked there; a bad one is named by _bound_int."""
+    present = ffi.unpack(ids_c, n)
+    vals = [fn(s) for s in present]
     out = ffi.new("int32_t[]", n_seq_max)
-    lib.ub_alloc_fill_bounds(out, n_seq_max, ffi.new("int32_t[]", ids), ffi.new("int32_t[]", vals), len(ids))
+    try:
+        bad = lib.ub_alloc_fill_bounds(out, n_seq_max, ids_c, ffi.new("int64_t[]", vals), n)
+    except (TypeError, OverflowError):      # not an integer, or beyond int64
+        bad = 0
+    if bad >= 0:
+        for s, v in zip(present, vals):
+            _bound_int(name, s, v)              # raises naming the first culprit
     return out
 
 
@@ -43,20 +49,25 @@ def ask_memory(memory, batch: Batch, n_seq_max: int):
     """llama.cpp's rule for a plain memory object: seq_pos_max for the sequences in the batch (all of
     [0, n_seq_max) when positions are automatic), seq_pos_min only for the coupled ones (the only check
     that reads it). Returns (min int32_t[n_seq_max] or None, max int32_t[n_seq_max]) as cffi arrays; one C
-    pass finds the ids, one fills the arrays (no numpy on this path: its per-call overhead dominated)."""
+    pass finds the ids, one fills and checks the arrays (no numpy on this path: its per-call overhead
+    dominated)."""
     ids = ffi.new("int32_t[]", 2 * LLAMA_MAX_SEQ)
     n_cpl = ffi.new("int32_t *")
     n = lib.ub_alloc_batch_seqs(batch._c_view(), n_seq_max, ids, ids + LLAMA_MAX_SEQ, n_cpl)
-    present = list(range(n_seq_max)) if batch._pos is None else ffi.unpack(ids, n)
-    mx = _ask("memory.seq_pos_max", memory.seq_pos_max, present, n_seq_max)
-    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, ffi.unpack(ids + LLAMA_MAX_SEQ, n_cpl[0]), n_seq_max)
+    if batch._pos is None:                      # automatic positions: every sequence's next position
+        present = ffi.new("int32_t[]", list(range(n_seq_max)))
+        mx = _ask("memory.seq_pos_max", memory.seq_pos_max, present, n_seq_max, n_seq_max)
+    else:
+        mx = _ask("memory.seq_pos_max", memory.seq_pos_max, ids, n, n_seq_max)
+    mn = (_ask("memory.seq_pos_min", memory.seq_pos_min, ids + LLAMA_MAX_SEQ, n_cpl[0], n_seq_max)
           if n_cpl[0] else None)
     return mn, mx
 
 
 def _bound_int(name: str, s: int, v) -> int:
-    """One position bound reported by a memory: an int in [-1, INT32_MAX] (-1 = empty)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+    """One position bound reported by a memory: an int (a Python bool counts as 0 / 1, as in Python) in
+    [-1, INT32_MAX] (-1 = empty)."""
+    if isinstance(v, np.bool_) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name}({s}) returned {type(v).__name__}, expected an int")
     if not -1 <= int(v) <= _I32_MAX:
         raise ValueError(f"{name}({s}) = {int(v)} is outside [-1, {_I32_MAX}]")

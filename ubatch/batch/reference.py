@@ -45,8 +45,9 @@ def _check_count(name: str, v: Any, lo: int) -> int:
 
 
 def _bound_int(name: str, s: int, v: Any) -> int:
-    """One position bound reported by a memory: an int in [-1, INT32_MAX] (-1 = empty)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+    """One position bound reported by a memory: an int (a Python bool counts as 0 / 1, as in Python) in
+    [-1, INT32_MAX] (-1 = empty)."""
+    if isinstance(v, np.bool_) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name}({s}) returned {type(v).__name__}, expected an int")
     if not -1 <= int(v) <= _I32_MAX:
         raise ValueError(f"{name}({s}) = {int(v)} is outside [-1, {_I32_MAX}]")
