@@ -253,3 +253,40 @@ def test_kernel_bench_without_argv_parameter(monkeypatch, tmp_path, capsys):
     assert main(["bench", "kv", "--n", "3"]) == 0
     assert "argv ['--n', '3']" in capsys.readouterr().out
     assert sys.argv == before
+
+
+def test_split_bench_llama_cpp_live_or_recorded(capsys, tmp_path, monkeypatch):
+    """--llama-cpp auto: llama.cpp's allocator timed live when llama-cpp-python and g++ are here (its plans
+    have our ubatch counts), else a printed note and the recorded times; --llama-cpp json: recorded."""
+    from ubatch.bench import llama_live
+    path = tmp_path / "split.json"
+    why = llama_live.available()
+    assert main(["bench", "split", "--reps", "2", "--warmup", "0", "--no-reference", "--no-progress",
+                 "--workload", "W5", "--json", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    out = capsys.readouterr().out
+    if why is None:
+        assert doc["llama_cpp_source"] == "live"
+        for r in doc["rows"]:
+            assert r["llama_cpp_source"] == "live" and r["llama_cpp_n_ubatches"] == r["n_ubatches"], r
+            assert r["llama_cpp_us"] > 0 and r["llama_cpp_recorded_us"] > 0 and r["plain_bulk_us"] > 0
+    else:
+        assert f"not timed live here ({why})" in out and doc["llama_cpp_source"] == "recorded"
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)          # llama-cpp-python absent
+    assert "llama-cpp-python is not installed" in llama_live.available()
+    assert main(["bench", "split", "--reps", "1", "--warmup", "0", "--no-reference", "--no-progress",
+                 "--workload", "W1", "--llama-cpp", "json", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["rows"]
+    assert all(r["llama_cpp_source"] == "recorded" and r["llama_cpp_us"] == r["llama_cpp_recorded_us"] for r in rows)
+    with pytest.raises(SystemExit, match="--llama-cpp live: llama-cpp-python is not installed"):
+        main(["bench", "split", "--reps", "1", "--no-reference", "--no-progress", "--workload", "W1",
+              "--llama-cpp", "live"])
+
+
+def test_llama_live_input_format():
+    """The driver's stdin: one W record per workload with every row and strategy."""
+    from ubatch.bench import llama_live
+    ws = split_bench.expanded(["W5"])
+    text = llama_live._serialise(ws).split()
+    assert text[:7] == ["W", "W5", "256", str(ws[0]["n_vocab"]), "0", str(ws[0]["n_ubatch"]), "0"]
+    assert int(text[7]) == 576 and text[8:12] == [str(ws[0]["tokens"][0]), "0", "0", "16"]

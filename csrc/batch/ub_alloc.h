@@ -63,6 +63,12 @@ ub_ubatch *ub_alloc_split_simple(ub_alloc *a, int32_t n_ubatch, int32_t *status)
 ub_ubatch *ub_alloc_split_equal(ub_alloc *a, int32_t n_ubatch, int32_t sequential, int32_t n_keep_tail,
                                 int32_t strict, int32_t *status);
 ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status);
+/* The whole loop in one call: split_reset, then kind (0 simple, 1 equal, 2 seq) until nothing is left.
+ * *out: malloc'ed array of *n_out new ubatches (free each with ub_ubatch_free, the array with
+ * ub_alloc_free_ubatch_array). On failure: the status, nothing kept, the allocator split-reset. */
+int ub_alloc_split_all(ub_alloc *a, int32_t kind, int32_t n_ubatch, int32_t sequential, int32_t n_keep_tail,
+                       int32_t strict, ub_ubatch ***out, int32_t *n_out);
+void ub_alloc_free_ubatch_array(ub_ubatch **arr);
 
 /* Read-only accessors. The array pointers stay valid until the next init / free. */
 int32_t ub_alloc_n_tokens(const ub_alloc *a);

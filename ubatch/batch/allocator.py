@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ubatch.common.limits import LLAMA_MAX_SEQ
 from ubatch.common.validate import I32_MAX as _I32_MAX, check_int
 from ubatch.batch.ubatch_view import UBatch, c_array
 
+_SPLIT_KINDS = {"simple": 0, "equal": 1, "seq": 2}
 _STATUS_ERRORS = {lib.UB_E_BATCH: BatchError, lib.UB_E_SPLIT: SplitError, lib.UB_E_ARG: ValueError,
                   lib.UB_E_ORDER: CallOrderError}
 
@@ -110,6 +111,7 @@ class BatchAllocator:
         self._h = ffi.gc(h, lib.ub_alloc_free)
         self._lock = threading.Lock()
         self._status = ffi.new("int32_t *")      # reused by every split (guarded by the lock)
+        self._bulk = (ffi.new("ub_ubatch **[1]"), ffi.new("int32_t *"))   # split_all's out-parameters
         self._inited = False
         self.n_pos_per_embd = n_pos_per_embd
         self.warning: str = ""
@@ -211,6 +213,35 @@ class BatchAllocator:
         if _debug.LEVEL:
             _debug.dump_ubatch(self, ub)
         return ub
+
+    def split_all(self, strategy: str, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
+                  strict: bool = True) -> List[UBatch]:
+        """The whole split loop in one C call (llama.cpp's memory->init_batch loop): split_reset, then
+        `strategy` ("simple", "equal" or "seq"; the keywords as split_equal) until nothing is left. Returns
+        the ubatches in split order. On failure raises as the single splits do and leaves the allocator
+        split-reset (no ubatch of the failed plan survives)."""
+        kind = _SPLIT_KINDS.get(strategy) if isinstance(strategy, str) else None
+        if kind is None:
+            raise ValueError(f"strategy must be one of {sorted(_SPLIT_KINDS)}, got {strategy!r}")
+        n_ubatch = self._split_args(n_ubatch)
+        n_keep_tail = _int_arg("n_keep_tail", n_keep_tail)
+        if kind == 1 and not 0 <= n_keep_tail < n_ubatch:
+            raise BatchError(f"n_keep_tail = {n_keep_tail} must be >= 0 and < n_ubatch = {n_ubatch}")
+        with self._lock:
+            h = self._split_handle()
+            out, n_out = self._bulk
+            st = lib.ub_alloc_split_all(h, kind, n_ubatch, 1 if sequential else 0, n_keep_tail, 1 if strict else 0,
+                                        out, n_out)
+            if st != lib.UB_OK:
+                self._raise(st)
+            arr, n = out[0], n_out[0]
+            ptrs = ffi.unpack(arr, n) if n else []
+            lib.ub_alloc_free_ubatch_array(arr)
+        ubs = [UBatch(p) for p in ptrs]
+        if _debug.LEVEL:
+            for ub in ubs:
+                _debug.dump_ubatch(self, ub)
+        return ubs
 
     def split_reset(self) -> None:
         """Forgets every split since init (a new split loop starts over)."""

@@ -393,6 +393,29 @@ class ReferenceAllocator:
         return bool(self._state().coupled)
 
     # ================================================================== splits (§4)
+    def split_all(self, strategy: str, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
+                  strict: bool = True) -> List[RefUBatch]:
+        """split_reset, then `strategy` ("simple", "equal", "seq") until nothing is left; on failure the
+        allocator is left split-reset (as BatchAllocator.split_all)."""
+        if strategy not in ("simple", "equal", "seq"):
+            raise ValueError(f"strategy must be one of ['equal', 'seq', 'simple'], got {strategy!r}")
+        self.split_reset()
+        out: List[RefUBatch] = []
+        try:
+            while True:
+                if strategy == "simple":
+                    ub = self.split_simple(n_ubatch)
+                elif strategy == "seq":
+                    ub = self.split_seq(n_ubatch)
+                else:
+                    ub = self.split_equal(n_ubatch, sequential=sequential, n_keep_tail=n_keep_tail, strict=strict)
+                if ub is None:
+                    return out
+                out.append(ub)
+        except BaseException:
+            self.split_reset()
+            raise
+
     def split_reset(self) -> None:
         """§4.1: forget every emitted ubatch."""
         st = self._state("split_reset")

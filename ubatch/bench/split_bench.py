@@ -3,9 +3,14 @@ beside llama.cpp's own C++ time for the same plans. bench/bench_split.py is a th
 
 Per workload and strategy: µs per plan = init + split_reset + the whole split loop, called from Python,
 median of many repetitions after warm-up, with a mock memory attached (as llama_decode always has one):
-once with a memory offering the bulk `_seq_pos_bounds` (the built-in caches' fast path) and once with a plain
-Python object that only has seq_pos_min / seq_pos_max (asked only about the batch's sequences, as llama.cpp);
-optionally also for the pure-Python reference allocator (ubatch.reference) when this build has it.
+once with a memory offering the bulk `_seq_pos_bounds` (the built-in caches' fast path), once with a plain
+Python object that only has seq_pos_min / seq_pos_max (asked only about the batch's sequences, as llama.cpp),
+and once with that plain memory and the whole split loop in one `split_all` call; optionally also for the
+pure-Python reference allocator (ubatch.reference) when this build has it.
+
+llama.cpp's time: by default (--llama-cpp auto) its own llama_batch_allocr is timed live on this machine
+right after each sweep (ubatch/bench/llama_live.py: needs llama-cpp-python and g++), with the same mock
+memory; else (or with --llama-cpp json) its recorded times (ubatch/bench/data, another machine of the class).
 """
 from __future__ import annotations
 
@@ -105,10 +110,16 @@ def strategy_label(st: dict) -> str:
     return st["strategy"]
 
 
-def plan_once(alloc, batch: Batch, w: dict, st: dict, mem) -> int:
+def plan_once(alloc, batch: Batch, w: dict, st: dict, mem, bulk: bool = False) -> int:
+    """One plan: init, then the split loop from Python (bulk: the whole loop in one split_all call)."""
     alloc.init(batch, n_seq_max=w["n_seq_max"], n_vocab=w["n_vocab"], output_all=w["output_all"], memory=mem)
-    alloc.split_reset()
     n_ub, kind = w["n_ubatch"], st["strategy"]
+    if bulk:
+        if kind == "equal":
+            return len(alloc.split_all("equal", n_ub, sequential=bool(st.get("sequential")),
+                                       n_keep_tail=int(st.get("n_keep_tail", 0)), strict=False))
+        return len(alloc.split_all(kind, n_ub))
+    alloc.split_reset()
     count = 0
     if kind == "simple":
         while alloc.split_simple(n_ub) is not None:
@@ -123,14 +134,14 @@ def plan_once(alloc, batch: Batch, w: dict, st: dict, mem) -> int:
     return count
 
 
-def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: int) -> tuple:
-    n_ub = plan_once(alloc, batch, w, st, mem)
+def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: int, bulk: bool = False) -> tuple:
+    n_ub = plan_once(alloc, batch, w, st, mem, bulk)
     for _ in range(warmup):
-        plan_once(alloc, batch, w, st, mem)
+        plan_once(alloc, batch, w, st, mem, bulk)
     samples = []
     for _ in range(reps):
         t0 = time.perf_counter_ns()
-        plan_once(alloc, batch, w, st, mem)
+        plan_once(alloc, batch, w, st, mem, bulk)
         samples.append((time.perf_counter_ns() - t0) / 1e3)
     return statistics.median(samples), n_ub
 
@@ -142,6 +153,12 @@ def reference_allocator_class():
     except ImportError:
         return None
     return ReferenceAllocator
+
+
+def expanded(only: Optional[List[str]] = None) -> List[dict]:
+    """The workloads W1-W6 (or the ids in `only`) as concrete rows."""
+    return [w for w in (expand(x, WORKLOADS["defaults"]) for x in WORKLOADS["workloads"])
+            if not only or w["id"] in only]
 
 
 def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = True,
@@ -167,6 +184,10 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
         label = strategy_label(st)
         c_us, n_ub = time_plans(BatchAllocator(), batch, w, st, mem, reps, warmup)
         plain_us, _ = time_plans(BatchAllocator(), batch, w, st, PlainMemory(w["mem"], w["n_seq_max"]), reps, warmup)
+        bulk_us, n_bulk = time_plans(BatchAllocator(), batch, w, st, PlainMemory(w["mem"], w["n_seq_max"]), reps,
+                                     warmup, bulk=True)
+        if n_bulk != n_ub:
+            raise AssertionError(f"{w['id']} {label}: split_all made {n_bulk} ubatches, the loop {n_ub}")
         ref_us = None
         if ref_cls is not None:
             ref_us, _ = time_plans(ref_cls(), batch, w, st, mem, ref_reps, 1)
@@ -175,6 +196,8 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
                      "n_ubatches": n_ub, "llama_cpp_n_ubatches": ll.get("n_ubatches"), "c_us": round(c_us, 2),
                      "plain_memory_us": round(plain_us, 2),
                      "plain_ratio_to_llama_cpp": round(plain_us / ll["median_us"], 3) if ll else None,
+                     "plain_bulk_us": round(bulk_us, 2),
+                     "plain_bulk_ratio_to_llama_cpp": round(bulk_us / ll["median_us"], 3) if ll else None,
                      "reference_us": None if ref_us is None else round(ref_us, 1),
                      "llama_cpp_us": ll.get("median_us"),
                      "ratio_to_llama_cpp": round(c_us / ll["median_us"], 3) if ll else None,
@@ -182,9 +205,11 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
     return rows
 
 
-def combine_runs(sweeps: List[List[dict]]) -> List[dict]:
+def combine_runs(sweeps: List[List[dict]], live: Optional[List[Dict[tuple, dict]]] = None) -> List[dict]:
     """One row per plan: µs = median of the sweeps' medians (the reference is timed in the first sweep only);
-    the ratios are recomputed from it and every sweep's median is kept in run_medians_us."""
+    the ratios are recomputed from it and every sweep's median is kept in run_medians_us. With `live` (one
+    llama_live.time_workloads result per sweep, timed right after it), llama.cpp's figure is the median of
+    its sweeps' medians on this machine, and the recorded one is kept as llama_cpp_recorded_us."""
     rows = []
     for parts in zip(*sweeps):
         r = dict(parts[0])
@@ -192,9 +217,23 @@ def combine_runs(sweeps: List[List[dict]]) -> List[dict]:
         r["run_medians_us"] = meds
         r["c_us"] = round(statistics.median(meds), 2)
         r["plain_memory_us"] = round(statistics.median([p["plain_memory_us"] for p in parts]), 2)
+        r["plain_bulk_us"] = round(statistics.median([p["plain_bulk_us"] for p in parts]), 2)
+        r["llama_cpp_source"] = "recorded"
+        r["llama_cpp_recorded_us"] = r.get("llama_cpp_us")
+        if live:
+            key = (r["workload"], r["strategy"], "mock")
+            got = [lv[key] for lv in live if key in lv]
+            if got:
+                r["llama_cpp_us"] = round(statistics.median([g["median_us"] for g in got]), 2)
+                r["llama_cpp_run_medians_us"] = [g["median_us"] for g in got]
+                r["llama_cpp_no_memory_us"] = round(statistics.median(
+                    [lv[key[:2] + ("none",)]["median_us"] for lv in live if key[:2] + ("none",) in lv]), 2)
+                r["llama_cpp_n_ubatches"] = got[0]["n_ubatches"]
+                r["llama_cpp_source"] = "live"
         if r.get("llama_cpp_us"):
             r["ratio_to_llama_cpp"] = round(r["c_us"] / r["llama_cpp_us"], 3)
             r["plain_ratio_to_llama_cpp"] = round(r["plain_memory_us"] / r["llama_cpp_us"], 3)
+            r["plain_bulk_ratio_to_llama_cpp"] = round(r["plain_bulk_us"] / r["llama_cpp_us"], 3)
         if r.get("reference_us"):
             r["speedup_vs_reference"] = round(r["reference_us"] / r["c_us"], 1)
         rows.append(r)
@@ -206,14 +245,19 @@ def _f(v, fmt: str) -> str:
 
 
 def table(rows: List[dict]) -> str:
-    hdr = (f"{'workload':8} {'strategy':16} {'tokens':>6} {'ubatches':>8} {'C µs':>9} {'llama.cpp µs':>12} "
-           f"{'C/llama':>8} {'plain µs':>9} {'plain/llama':>11} {'ref µs':>10} {'ref/C':>7}")
+    """C = the built-in fast memory path, split loop from Python; plain = a plain Python memory, the same
+    loop; bulk = a plain Python memory and the whole loop in one split_all call. llama.cpp: live or recorded."""
+    hdr = (f"{'workload':8} {'strategy':16} {'tokens':>6} {'ubatches':>8} {'llama.cpp µs':>12} {'(recorded)':>10} "
+           f"{'C µs':>8} {'C/llama':>7} {'plain µs':>9} {'plain/llama':>11} {'bulk µs':>8} {'bulk/llama':>10} "
+           f"{'ref µs':>9} {'ref/C':>6}")
     out = [hdr, "-" * len(hdr)]
     for r in rows:
-        out.append(f"{r['workload']:8} {r['strategy']:16} {r['n_tokens']:6d} {r['n_ubatches']:8d} {r['c_us']:9.1f} "
-                   f"{_f(r['llama_cpp_us'], '.1f'):>12} {_f(r['ratio_to_llama_cpp'], '.3f'):>8} "
+        out.append(f"{r['workload']:8} {r['strategy']:16} {r['n_tokens']:6d} {r['n_ubatches']:8d} "
+                   f"{_f(r['llama_cpp_us'], '.1f'):>12} {_f(r.get('llama_cpp_recorded_us'), '.1f'):>10} "
+                   f"{r['c_us']:8.1f} {_f(r['ratio_to_llama_cpp'], '.3f'):>7} "
                    f"{_f(r.get('plain_memory_us'), '.1f'):>9} {_f(r.get('plain_ratio_to_llama_cpp'), '.3f'):>11} "
-                   f"{_f(r['reference_us'], '.0f'):>10} {_f(r['speedup_vs_reference'], '.0f'):>7}")
+                   f"{_f(r.get('plain_bulk_us'), '.1f'):>8} {_f(r.get('plain_bulk_ratio_to_llama_cpp'), '.3f'):>10} "
+                   f"{_f(r['reference_us'], '.0f'):>9} {_f(r['speedup_vs_reference'], '.0f'):>6}")
     return "\n".join(out)
 
 
@@ -226,6 +270,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--runs", type=int, default=3,
                     help="sweeps; µs = median of the sweeps' medians, as llama.cpp's timings (default 3)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows here")
+    ap.add_argument("--llama-cpp", choices=("auto", "live", "json"), default="auto",
+                    help="llama.cpp's times: live = its allocator timed on this machine after each sweep "
+                         "(needs llama-cpp-python and g++; the sdist's headers are fetched once), json = its "
+                         "recorded times, auto = live when possible (default)")
 
 
 def main_args(args, progress=None) -> int:
@@ -236,15 +284,30 @@ def main_args(args, progress=None) -> int:
         print("note: the pure-Python reference allocator (ubatch.reference) is not in this build; timing C only")
         reference = False
     runs = max(1, getattr(args, "runs", 1))
-    sweeps = [run(args.reps, args.warmup, args.ref_reps, reference and k == 0, args.workload, progress)
-              for k in range(runs)]
-    rows = combine_runs(sweeps)
+    mode = getattr(args, "llama_cpp", "json")
+    live_ok = False
+    if mode != "json":
+        from ubatch.bench import llama_live
+        why = llama_live.available()
+        if why and mode == "live":
+            raise SystemExit(f"--llama-cpp live: {why}")
+        if why:
+            print(f"note: llama.cpp is not timed live here ({why}); its recorded times are used")
+        live_ok = why is None
+    sweeps, live = [], []
+    for k in range(runs):
+        sweeps.append(run(args.reps, args.warmup, args.ref_reps, reference and k == 0, args.workload, progress))
+        if live_ok:
+            live.append(llama_live.time_workloads(expanded(args.workload), args.reps, args.warmup))
+    rows = combine_runs(sweeps, live)
     print(table(rows))
+    src = "live on this machine, after each sweep" if live_ok else "recorded (ubatch/bench/data)"
+    print(f"llama.cpp: {src}; µs = median of {runs} sweeps' medians")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"what": "µs per plan (init + split_reset + split loop) from Python; median", "reps": args.reps,
                        "llama_cpp": {k: LLAMA_CPP_TIMINGS[k] for k in ("what", "llama_cpp_commit", "machine")},
-                       "rows": rows}, f, indent=1)
+                       "llama_cpp_source": "live" if live_ok else "recorded", "rows": rows}, f, indent=1)
         print(f"wrote {args.json}")
     return 0
 
