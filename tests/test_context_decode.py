@@ -5,7 +5,7 @@ import pytest
 
 import ubatch
 from ubatch.engine.context import Context
-from ubatch.common.errors import BatchError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, UbatchError
 from fake_runner import FakeModel, install
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from ubatch import Batch, Context
 from ubatch.common.errors import UbatchError
 
-from harden_util import I32_MAX, I32_MIN, call, hostile_args, hostile_ints, ub_summary, valid_spec, build_batch
+from harden_util import I32_MAX, I32_MIN, call, hostile_args, ub_summary, valid_spec, build_batch
 
 # numpy overflow / complex-cast warnings from the library are bugs (an exception under -W error)
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")

@@ -14,7 +14,7 @@ from ubatch._ffi import ffi, lib
 from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.container import MAX_TOKENS, batch_bytes
 
-from harden_util import I32_MAX, I32_MIN, FakeMemory, drain, snapshot
+from harden_util import I32_MAX, I32_MIN, FakeMemory, snapshot
 
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 

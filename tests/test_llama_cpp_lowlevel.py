@@ -7,7 +7,6 @@ import ctypes
 import json
 import os
 import sys
-import warnings
 
 import numpy as np
 import pytest

@@ -5,7 +5,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from ubatch.compute import matmul as mm
-from matmul_ref import ACT, ALL_TYPES, BLOCK, act_bytes, deq, quant_act, random_weight, reference
+from matmul_ref import ACT, ALL_TYPES, BLOCK, act_bytes, deq, random_weight, reference
 
 BACKENDS = ["generic"] + (["avx2"] if mm.set_backend("auto") == "avx2" else [])
 

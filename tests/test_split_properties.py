@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import List, Optional
 
 import numpy as np
-import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch.batch.container import KIND_EMBD, KIND_TOKEN, Batch
-from ubatch.common.errors import BatchError, CallOrderError, SplitError, UbatchError
+from ubatch.common.errors import BatchError, CallOrderError, SplitError
 
 from ubatch.common.limits import LLAMA_MAX_SEQ
 from ubatch.common.validate import I32_MAX as _I32_MAX, I32_MIN as _I32_MIN

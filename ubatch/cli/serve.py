@@ -1,7 +1,6 @@
 """`ubatch serve --model NAME_OR_PATH`: the OpenAI-compatible HTTP server (needs the [server] extra)."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 

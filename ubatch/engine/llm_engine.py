@@ -244,6 +244,10 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return bool(self._waiting or self._active)
 
+    def waiting_request_ids(self) -> set:
+        """The request ids still queued for admission (no sequence of theirs is in any decode yet)."""
+        return {u[0].rid for u in self._waiting}
+
     def stats(self) -> dict:
         st = self.statistics
         return {"waiting": sum(len(u[1]) for u in self._waiting), "running": len(self._active),

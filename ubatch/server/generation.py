@@ -10,7 +10,6 @@ from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.requests import Request
 
-from ubatch.server.errors import APIError
 from ubatch.server.worker import EngineWorker, Handle, Progress
 
 _DISCONNECT = ("disconnect", None)

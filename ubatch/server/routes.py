@@ -1,7 +1,7 @@
 """The endpoints: /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /health, /metrics."""
 from __future__ import annotations
 
-from typing import AsyncIterator, List
+from typing import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response

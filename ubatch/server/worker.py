@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ubatch.server.errors import APIError
@@ -267,10 +267,7 @@ class EngineWorker:
 
     def _waiting_ids(self) -> set:
         """Requests the engine still holds in its queue (no sequence yet, so in no decode)."""
-        try:
-            return {str(u[0].rid) for u in getattr(self.engine, "_waiting", ())}
-        except Exception:
-            return set()
+        return {str(rid) for rid in self.engine.waiting_request_ids()}
 
     def _fail_live(self, exc: BaseException, posts) -> None:
         """A step raised: the requests that had a sequence in that decode fail (500) and leave the engine;
