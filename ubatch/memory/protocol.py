@@ -68,30 +68,13 @@ SPLIT_NAMES = {"simple": "split_simple", "equal": "split_equal", "equal_sequenti
 
 
 def split_all(alloc, n_ubatch: int, split: str) -> List[UBatch]:
-    """Cuts the whole (initialised) batch with one strategy; SplitError when tokens are left over.
-    split_equal is llama.cpp-exact (strict=False: a ubatch may hold n_ubatch + 1 tokens). One C call
-    (BatchAllocator.split_all) when the allocator has it, else its split loop."""
-    bulk = getattr(alloc, "split_all", None)
-    if bulk is not None:
-        if split.startswith("equal"):
-            ubs = bulk("equal", n_ubatch, sequential=split == "equal_sequential", strict=False)
-        else:
-            ubs = bulk(split, n_ubatch)
-        if alloc.n_used < alloc.n_tokens:
-            raise SplitError(f"the batch could not be split: {alloc.n_used} of {alloc.n_tokens} tokens placed")
-        return ubs
-    alloc.split_reset()
-    ubs: List[UBatch] = []
-    while True:
-        if split == "simple":
-            ub = alloc.split_simple(n_ubatch)
-        elif split == "seq":
-            ub = alloc.split_seq(n_ubatch)
-        else:
-            ub = alloc.split_equal(n_ubatch, sequential=split == "equal_sequential", strict=False)
-        if ub is None:
-            break
-        ubs.append(ub)
+    """Cuts the whole (initialised) batch with one strategy in one call (the allocator's split_all: one C
+    call for BatchAllocator); SplitError when tokens are left over. split_equal is llama.cpp-exact
+    (strict=False: a ubatch may hold n_ubatch + 1 tokens)."""
+    if split.startswith("equal"):
+        ubs = alloc.split_all("equal", n_ubatch, sequential=split == "equal_sequential", strict=False)
+    else:
+        ubs = alloc.split_all(split, n_ubatch)
     if alloc.n_used < alloc.n_tokens:
         raise SplitError(f"the batch could not be split: {alloc.n_used} of {alloc.n_tokens} tokens placed")
     return ubs
