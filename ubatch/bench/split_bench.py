@@ -296,9 +296,16 @@ def main_args(args, progress=None) -> int:
         live_ok = why is None
     sweeps, live = [], []
     for k in range(runs):
-        sweeps.append(run(args.reps, args.warmup, args.ref_reps, reference and k == 0, args.workload, progress))
-        if live_ok:
-            live.append(llama_live.time_workloads(expanded(args.workload), args.reps, args.warmup))
+        # workload by workload, ubatch then llama.cpp right after it: both see the same machine state
+        rows_k: List[dict] = []
+        live_k: Dict[tuple, dict] = {}
+        ws = expanded(args.workload)
+        for w in (ws if progress is None else progress(ws, len(ws))):
+            rows_k += run(args.reps, args.warmup, args.ref_reps, reference and k == 0, [w["id"]])
+            if live_ok:
+                live_k.update(llama_live.time_workloads([w], args.reps, args.warmup))
+        sweeps.append(rows_k)
+        live.append(live_k)
     rows = combine_runs(sweeps, live)
     print(table(rows))
     src = "live on this machine, after each sweep" if live_ok else "recorded (ubatch/bench/data)"
