@@ -1,0 +1,129 @@
+"""The fused forward: each decoder layer in one C call (csrc/compute/layer.c: ub_layer_forward) instead of
+~15 kernel calls and numpy ops from Python. The C layer composes the same kernels as the Python reference
+path (forward_reference in ubatch/model/arch/llama.py and gemma3.py) in the same order, so its results are
+bitwise the same (tests/test_fused.py compares the two on every model).
+
+    enabled(model)                    whether model's forward takes the fused path (UBATCH_FUSED=0 or
+                                      set_enabled(False) turns it off; M-RoPE models are never fused)
+    forward(model, step, x, keep)     the layer stack over one ubatch (what an arch's forward returns)
+
+The per-layer constants (weight pointers, norms, hyperparameters) are built once per model and rebuilt when
+the hyperparameters they copy change."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ubatch._ffi import ffi, lib
+from ubatch.model.hparams import ROPE_NEOX, ROPE_NORM
+
+_ERR_LEN = 256
+_enabled: Optional[bool] = None
+
+
+def set_enabled(on: Optional[bool]) -> None:
+    """Force the fused path on / off for every model (None: back to UBATCH_FUSED, default on)."""
+    global _enabled
+    _enabled = on
+
+
+def enabled(model) -> bool:
+    on = _enabled if _enabled is not None else os.environ.get("UBATCH_FUSED", "1") != "0"
+    return bool(on) and model.hparams.rope_type in (ROPE_NORM, ROPE_NEOX) and model.arch in ("llama", "qwen2",
+                                                                                            "gemma3")
+
+
+def _vec(keep: list, a: Optional[np.ndarray], n: int, name: str):
+    if a is None:
+        return ffi.NULL
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if a.shape != (n,):
+        raise ValueError(f"fused layer: {name} has shape {a.shape}, expected ({n},)")
+    keep.append(a)
+    p = ffi.from_buffer("float[]", a)
+    keep.append(p)
+    return p
+
+
+def _weight(dst, keep: list, w) -> None:
+    qw = w.qweight()
+    keep.append(qw)
+    dst.data = qw._buf
+    dst.nbytes, dst.n_rows, dst.n_cols, dst.type = qw.nbytes, qw.n_rows, qw.n_cols, qw.ggml_type
+
+
+def _hp_key(model) -> tuple:
+    hp = model.hparams
+    return (hp.rms_eps, hp.n_rot, hp.rope_type, hp.q_scale, hp.kq_scale, hp.n_swa, tuple(hp.swa_layers),
+            hp.rope_freq_base, hp.rope_freq_scale, getattr(hp, "rope_freq_base_swa", None),
+            hp.rope_freq_scale_swa, id(model.weights))
+
+
+def _build(model) -> Tuple[List[object], list]:
+    from ubatch.model import ops
+    hp, W = model.hparams, model.weights
+    gemma = model.arch == "gemma3"
+    keep: list = []
+    table = _vec(keep, ops.gelu_table(), 65536, "gelu_table") if gemma else ffi.NULL
+    E, hq, hk, hd = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.head_dim
+    out = []
+    for il, L in enumerate(W.layers):
+        c = ffi.new("ub_layer *")
+        c.kind = lib.UB_LAYER_GEMMA3 if gemma else lib.UB_LAYER_LLAMA
+        c.n_embd, c.n_head, c.n_head_kv, c.head_dim = E, hp.n_head, hp.n_head_kv, hd
+        c.n_ff, c.n_rot, c.rope_mode = L.w_gate.n_rows, hp.n_rot, hp.rope_type
+        base, scale = hp.rope_params(il)
+        c.eps, c.rope_base, c.rope_scale = float(hp.rms_eps), float(base), float(scale)
+        c.q_scale, c.kq_scale = float(np.float32(hp.q_scale)), float(hp.kq_scale)
+        c.attn_norm, c.ffn_norm = _vec(keep, L.attn_norm, E, "attn_norm"), _vec(keep, L.ffn_norm, E, "ffn_norm")
+        if gemma:
+            c.q_norm, c.k_norm = _vec(keep, L.q_norm, hd, "q_norm"), _vec(keep, L.k_norm, hd, "k_norm")
+            c.post_attn_norm = _vec(keep, L.post_attn_norm, E, "post_attn_norm")
+            c.post_ffw_norm = _vec(keep, L.post_ffw_norm, E, "post_ffw_norm")
+            c.gelu_table = table
+        else:
+            c.bq, c.bk = _vec(keep, L.bq, hq, "bq"), _vec(keep, L.bk, hk, "bk")
+            c.bv, c.bo = _vec(keep, L.bv, hk, "bv"), _vec(keep, L.bo, E, "bo")
+        for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"):
+            _weight(getattr(c, name), keep, getattr(L, name))
+        out.append(c)
+    return out, keep
+
+
+def layers(model) -> List[object]:
+    """The model's ub_layer structs (cached on the model; rebuilt when the hyperparameters change)."""
+    key = _hp_key(model)
+    cache = getattr(model, "_fused_layers", None)
+    if cache is None or cache[0] != key:
+        built = _build(model)
+        cache = (key, built[0], built[1])
+        model._fused_layers = cache
+    return cache[1]
+
+
+def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The decoder layers over one ubatch, one C call each; returns the residual stream of rows `keep`
+    (ascending, as the runner gives them)."""
+    Ls = layers(model)
+    x = np.array(x, dtype=np.float32, order="C", copy=True)
+    n = x.shape[0]
+    keep32 = np.ascontiguousarray(keep, dtype=np.int32)
+    pos = step.pos
+    xb, pb = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", pos)
+    kb = ffi.from_buffer("int32_t[]", keep32) if keep32.size else ffi.new("int32_t[1]")
+    err = ffi.new("char[]", _ERR_LEN)
+    last = len(Ls) - 1
+    for il, L in enumerate(Ls):
+        kv = step.fused_kv(il)
+        rc = lib.ub_layer_forward(L, kv, xb, n, pb, pos.shape[0], kb if il == last else ffi.NULL,
+                                  keep32.size, step.n_threads, err, _ERR_LEN)
+        if rc == lib.UB_E_NOMEM:
+            raise MemoryError(f"fused layer {il}: out of memory")
+        if rc != lib.UB_OK:
+            raise ValueError(f"fused layer {il}: {ffi.string(err).decode(errors='replace')}")
+    return x[:keep32.size]
+
+
+__all__ = ["enabled", "set_enabled", "forward", "layers"]
