@@ -38,7 +38,25 @@ static int mm(const ub_lw *w, const float *x, int64_t n, float *y, int32_t nt, c
     return UB_OK;
 }
 
-/* y: float[n] += b: float[n] when b is not NULL. */
+/* y[p]: float[n][ws[p]->n_rows] = x @ W_p.T for the n_w weights of one input (ub_matmul_multi). */
+static int mm_n(const ub_lw *const *ws, int32_t n_w, const float *x, int64_t n, float *const *y, int32_t nt,
+                const char *name, char *err, int32_t err_len) {
+    const uint8_t *w[UB_MM_MAXW];
+    int64_t bytes[UB_MM_MAXW], rows[UB_MM_MAXW];
+    int32_t types[UB_MM_MAXW];
+    for (int32_t p = 0; p < n_w; p++) {
+        w[p] = ws[p]->data;
+        bytes[p] = ws[p]->nbytes;
+        rows[p] = ws[p]->n_rows;
+        types[p] = ws[p]->type;
+    }
+    const int rc = ub_matmul_multi(x, n, ws[0]->n_cols, n_w, w, bytes, types, rows, y, nt);
+    if (rc == UB_E_NOMEM) return rc;
+    if (rc != UB_OK) return fail(err, err_len, "matmul by %s failed (status %d)", name, rc);
+    return UB_OK;
+}
+
+/* y: float[rows][d] += b: float[d] per row, when b is not NULL. */
 static void add_vec(float *y, const float *b, int64_t rows, int64_t d) {
     if (!b) return;
     for (int64_t i = 0; i < rows; i++)
@@ -136,13 +154,15 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
 #define TRY(expr) do { rc = (expr); if (rc != UB_OK) goto done; } while (0)
     /* attention block */
     TRY(ub_rms_norm(x, n, E, L->attn_norm, eps, h));
-    TRY(mm(&L->wq, h, n, q, n_threads, "wq", err, err_len));
+    {
+        const ub_lw *ws[3] = {&L->wq, &L->wk, &L->wv};
+        float *ys[3] = {q, k, v};
+        TRY(mm_n(ws, 3, h, n, ys, n_threads, "wq / wk / wv", err, err_len));
+    }
     add_vec(q, L->bq, n, hq);
     if (gemma) TRY(ub_rms_norm(q, n * H, hd, L->q_norm, eps, q));
-    TRY(mm(&L->wk, h, n, k, n_threads, "wk", err, err_len));
     add_vec(k, L->bk, n, hk);
     if (gemma) TRY(ub_rms_norm(k, n * Hk, hd, L->k_norm, eps, k));
-    TRY(mm(&L->wv, h, n, v, n_threads, "wv", err, err_len));
     add_vec(v, L->bv, n, hk);
     TRY(ub_rope(q, n, (int32_t)H, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
     TRY(ub_rope(k, n, (int32_t)Hk, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
@@ -165,8 +185,11 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     add_to(x, a, m * E);
     /* feed-forward block */
     TRY(ub_rms_norm(x, m, E, L->ffn_norm, eps, h));
-    TRY(mm(&L->w_gate, h, m, g, n_threads, "w_gate", err, err_len));
-    TRY(mm(&L->w_up, h, m, u, n_threads, "w_up", err, err_len));
+    {
+        const ub_lw *ws[2] = {&L->w_gate, &L->w_up};
+        float *ys[2] = {g, u};
+        TRY(mm_n(ws, 2, h, m, ys, n_threads, "w_gate / w_up", err, err_len));
+    }
     if (gemma) ub_gelu_table_mul(L->gelu_table, g, u, g, m * F);
     else ub_silu_mul(g, u, g, m * F);
     TRY(mm(&L->w_down, g, m, a, n_threads, "w_down", err, err_len));
