@@ -115,10 +115,9 @@ INL AVX2 __m256i bytes_of_bits(const uint8_t *p) {
 }
 INL AVX2 __m256i bit4_from_bits(const uint8_t *p) { return _mm256_and_si256(bytes_of_bits(p), _mm256_set1_epi8(0x10)); }
 /* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
-INL AVX2 __m256i nibbles32(const uint8_t *p) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)p);
-    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+INL AVX2 __m256i nibbles32(const uint8_t *p) { /* the 16 bytes in both halves, the upper half shifted by 4 */
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 #define DISPATCH(NAME, BODY)                                                                                \
