@@ -145,16 +145,21 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
     else if (kind == 3) q = nibbles32(b + 4);
     else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
     const float dw = h2f(b);
+    /* the block scale dw * d_x: for one row a scalar product and a broadcast; for a tile dw is broadcast once
+     * and each row's d_x is broadcast from memory (a load, no shuffle): the same single-precision product */
+    const __m256 dwv = _mm256_set1_ps(dw);
     if (kind <= 2) {
         for (int r = 0; r < nr; r++) {
             const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
         }
     } else {
         const float mw = h2f(b + 2);
         for (int r = 0; r < nr; r++) {
             const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
             accm[r] += mw * x->s;
         }
     }
