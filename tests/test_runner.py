@@ -62,7 +62,7 @@ def test_failure_leaves_kv_untouched(monkeypatch, path):
     r.k[0][0, 1] = 3.0  # data in a cell the ubatch overwrites (cells 0..2) before the injected failure
     before = r.snapshot_kv()
     calls = []
-    mod, name = (cops, "attention_visible") if path == "reference" else (fused, "layer_forward")
+    mod, name = (cops, "attention_visible") if path == "reference" else (fused, "_call")
     real = getattr(mod, name)
 
     def failing(*a, **kw):

@@ -104,41 +104,59 @@ def layers(model) -> List[object]:
     return cache[1]
 
 
-def layer_forward(layer, kv, x: np.ndarray, pos: np.ndarray, keep: Optional[np.ndarray], n_threads: int) -> None:
-    """One ub_layer_forward call: x float32[n, n_embd] C-contiguous, updated in place (the kept rows first
-    when keep is given); pos int32[n_pos, n]; layer / kv: the cffi structs (layers(), Step.fused_kv).
-    Raises ValueError with the C side's message naming the culprit, MemoryError."""
+def _check(x: np.ndarray, pos: np.ndarray, keep: Optional[np.ndarray], n_embd: int) -> None:
     if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous \
             or not x.flags.writeable:
         raise ValueError("x must be a writeable C-contiguous float32 array [n, n_embd]")
     if not isinstance(pos, np.ndarray) or pos.dtype != np.int32 or pos.ndim != 2 or pos.shape[1] != x.shape[0] \
             or not pos.flags.c_contiguous:
         raise ValueError(f"pos must be a C-contiguous int32 array [n_pos, {x.shape[0]}]")
-    if x.shape[1] != layer.n_embd:
-        raise ValueError(f"x rows have {x.shape[1]} values, the layer's n_embd is {layer.n_embd}")
+    if x.shape[1] != n_embd:
+        raise ValueError(f"x rows have {x.shape[1]} values, the layer's n_embd is {n_embd}")
     if keep is not None and (not isinstance(keep, np.ndarray) or keep.dtype != np.int32 or keep.ndim != 1
                              or not keep.flags.c_contiguous):
         raise ValueError("keep must be a C-contiguous 1-D int32 array")
-    err = ffi.new("char[]", _ERR_LEN)
-    kb = ffi.NULL if keep is None else (ffi.from_buffer("int32_t[]", keep) if keep.size else ffi.new("int32_t[1]"))
-    rc = lib.ub_layer_forward(layer, kv, ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("int32_t[]", pos),
-                              pos.shape[0], kb, 0 if keep is None else keep.size, int(n_threads), err, _ERR_LEN)
+
+
+def _call(layer, kv, xb, n: int, pb, n_pos: int, kb, n_keep: int, n_threads: int, err) -> None:
+    """ub_layer_forward on checked buffers; raises with the C side's message."""
+    rc = lib.ub_layer_forward(layer, kv, xb, n, pb, n_pos, kb, n_keep, n_threads, err, _ERR_LEN)
     if rc == lib.UB_E_NOMEM:
         raise MemoryError("fused layer: out of memory")
     if rc != lib.UB_OK:
         raise ValueError(f"fused layer: {ffi.string(err).decode(errors='replace')}")
 
 
+def _keep_ptr(keep: Optional[np.ndarray]):
+    if keep is None:
+        return ffi.NULL
+    return ffi.from_buffer("int32_t[]", keep) if keep.size else ffi.new("int32_t[1]")
+
+
+def layer_forward(layer, kv, x: np.ndarray, pos: np.ndarray, keep: Optional[np.ndarray], n_threads: int) -> None:
+    """One ub_layer_forward call: x float32[n, n_embd] C-contiguous, updated in place (the kept rows first
+    when keep is given); pos int32[n_pos, n]; layer / kv: the cffi structs (layers(), Step.fused_kv).
+    Raises ValueError with the C side's message naming the culprit, MemoryError."""
+    _check(x, pos, keep, layer.n_embd)
+    _call(layer, kv, ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("int32_t[]", pos), pos.shape[0],
+          _keep_ptr(keep), 0 if keep is None else keep.size, int(n_threads), ffi.new("char[]", _ERR_LEN))
+
+
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """The decoder layers over one ubatch, one C call each; returns the residual stream of rows `keep`
-    (ascending, as the runner gives them)."""
+    (ascending, as the runner gives them). The buffers are checked once for all the layers."""
     Ls = layers(model)
     x = np.array(x, dtype=np.float32, order="C", copy=True)
     keep32 = np.ascontiguousarray(keep, dtype=np.int32)
-    last = len(Ls) - 1
+    pos = step.pos
+    _check(x, pos, keep32, Ls[0].n_embd)
+    xb, pb, kb = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", pos), _keep_ptr(keep32)
+    err = ffi.new("char[]", _ERR_LEN)
+    n, n_pos, nt, last = x.shape[0], pos.shape[0], int(step.n_threads), len(Ls) - 1
     for il, L in enumerate(Ls):
         try:
-            layer_forward(L, step.fused_kv(il), x, step.pos, keep32 if il == last else None, step.n_threads)
+            _call(L, step.fused_kv(il), xb, n, pb, n_pos, kb if il == last else ffi.NULL,
+                  keep32.size if il == last else 0, nt, err)
         except ValueError as e:
             raise ValueError(f"layer {il}: {e}") from None
     return x[:keep32.size]
