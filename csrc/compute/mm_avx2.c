@@ -1,7 +1,7 @@
 /* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
  * time (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
  *
- * Every kernel body is instantiated for nr = 1..4 (row tile); for each activation row it keeps its own
+ * Every kernel body is instantiated for nr = 1..6 (row tile); for each activation row it keeps its own
  * accumulators and performs the same operations in the same order whatever nr is: the weight block is
  * decoded once and shared, nothing else is. Integer products inside a block are exact (maddubs pairs
  * stay below 2^15 for every format: |w| <= 128 or w <= 63 against |a| <= 127); one FMA per block (and
@@ -126,7 +126,9 @@ INL AVX2 __m256i nibbles32(const uint8_t *p) { /* the 16 bytes in both halves, t
         case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
         case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
         case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
-        default: BODY(nb, w, a, as, 4, y, ys); break;                                                       \
+        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
+        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
+        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
         }                                                                                                   \
     }
 
