@@ -17,6 +17,9 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INL static inline __attribute__((always_inline))
+/* the per-row loops of a tile (nr a constant in every instantiation) are unrolled so that each row's
+ * accumulators stay in registers; unrolling does not change any row's operations */
+#define UNR _Pragma("GCC unroll 8")
 
 int ub_mm_cpu_avx2(void) {
     __builtin_cpu_init();
@@ -151,14 +154,14 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
      * and each row's d_x is broadcast from memory (a load, no shuffle): the same single-precision product */
     const __m256 dwv = _mm256_set1_ps(dw);
     if (kind <= 2) {
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
             acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
         }
     } else {
         const float mw = h2f(b + 2);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
             acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
@@ -172,7 +175,7 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
                        int64_t ys, const int kind) {
     __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
     float accm[UB_MM_RT];
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         acc0[r] = acc1[r] = _mm256_setzero_ps();
         accm[r] = 0.0f;
     }
@@ -182,7 +185,7 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
         q32_block(w, a, as, nr, ib + 1, kind, acc1, accm);
     }
     if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
         y[r * ys] = kind <= 2 ? s : s + accm[r];
     }
@@ -214,7 +217,7 @@ INL void scale_min_k4(const uint8_t *s, int16_t *sc, int16_t *mn16) { /* sc[8]; 
 INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                         int64_t ys, const int five) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
@@ -225,7 +228,7 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
         const __m256i mins = _mm256_loadu_si256((const __m256i *)mn16);
         const __m256i qh = five ? ld(b + 16) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i raw = ld(qs + 32 * c);
             __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -234,20 +237,20 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
             }
             const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
-            for (int r = 0; r < nr; r++) {
+            UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(x->qs + 64 * c)), s_lo));
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(x->qs + 64 * c + 32)), s_hi));
             }
         }
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
             acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 #define B_Q4_K(...) body_q45k(__VA_ARGS__, 0)
 #define B_Q5_K(...) body_q45k(__VA_ARGS__, 1)
@@ -259,7 +262,7 @@ DISPATCH(dot_q5_k, B_Q5_K)
 INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                        int64_t ys) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * 210;
@@ -267,7 +270,7 @@ INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
         const float dw = h2f(b + 208);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = ld(b + 64 * h), ql1 = ld(b + 64 * h + 32), qh = ld(b + 128 + 32 * h);
             for (int i = 0; i < 4; i++) {
@@ -279,19 +282,19 @@ INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
                 const __m256i e = _mm256_or_si256(l, hb);
                 const int s0 = 8 * h + 2 * i;
                 const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
-                for (int r = 0; r < nr; r++) {
+                UNR for (int r = 0; r < nr; r++) {
                     const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(e, ld(x->qs + 128 * h + 32 * i)), sv));
                 }
             }
         }
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), sc16), 5);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], corr)), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 DISPATCH(dot_q6_k, body_q6k)
 
@@ -302,7 +305,7 @@ DISPATCH(dot_q6_k, body_q6k)
 INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                         int64_t ys, const int three) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m2 = _mm256_set1_epi8(0x03), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (three ? 110 : 84);
@@ -325,7 +328,7 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
         const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc);
         const __m256i hm = three ? ld(b) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i qv = ld(qs + 32 * h);
             for (int g = 0; g < 4; g++) {
@@ -334,14 +337,14 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
                     u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
                 const int s0 = 8 * h + 2 * g;
                 const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
-                for (int r = 0; r < nr; r++) {
+                UNR for (int r = 0; r < nr; r++) {
                     const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ld(x->qs + 128 * h + 32 * g)), sv));
                 }
             }
         }
         const __m256i mn16 = three ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)mn);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)x->bsums);
             if (three) {
@@ -353,7 +356,7 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
             }
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 #define B_Q2_K(...) body_q23k(__VA_ARGS__, 0)
 #define B_Q3_K(...) body_q23k(__VA_ARGS__, 1)
@@ -379,27 +382,27 @@ INL AVX2 float sc16(uint16_t h, const int kind) {
 INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                      int64_t ys, const int f16) {
     __m256 a0[UB_MM_RT], a1[UB_MM_RT];
-    for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
 #define LD16(p) (f16 == 2 ? bf16x8((const uint16_t *)(p)) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
 #define LDW(off) (f16 ? LD16((const uint16_t *)w + (off)) : _mm256_loadu_ps((const float *)w + (off)))
 #define LDA(r, off) (f16 ? LD16((const uint16_t *)(a + (r) * as) + (off)) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
     for (; i + 16 <= k; i += 16) {
         const __m256 w0 = LDW(i), w1 = LDW(i + 8);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
             a1[r] = _mm256_fmadd_ps(w1, LDA(r, i + 8), a1[r]);
         }
     }
     if (i + 8 <= k) {
         const __m256 w0 = LDW(i);
-        for (int r = 0; r < nr; r++) a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
+        UNR for (int r = 0; r < nr; r++) a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
         i += 8;
     }
 #undef LDW
 #undef LDA
 #undef LD16
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         float s = hsum(_mm256_add_ps(a0[r], a1[r]));
         for (int64_t j = i; j < k; j++) {
             const float wv = f16 ? sc16(((const uint16_t *)w)[j], f16) : ((const float *)w)[j];
