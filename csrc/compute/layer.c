@@ -12,6 +12,9 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
+#include "attn_pool.h"
+
+#include <stdatomic.h>
 
 /* err: char[err_len] or NULL; receives the formatted message. Returns UB_E_ARG. */
 static int fail(char *err, int32_t err_len, const char *fmt, ...) {
@@ -66,6 +69,43 @@ static void add_vec(float *y, const float *b, int64_t rows, int64_t d) {
 /* x, a: float[n] ; x += a elementwise. */
 static void add_to(float *x, const float *a, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] + a[i];
+}
+
+/* The gated activation g = act(g) * u over n elements, shared out in chunks among the pool's threads when n
+ * is large (prefill); elementwise, so the split changes nothing. table: the GELU table, or NULL for SiLU. */
+typedef struct {
+    const float *table, *u;
+    float *g;
+    int64_t n;
+    atomic_llong next;
+} gated_job;
+
+#define GATED_CHUNK 8192
+
+static void gated_work(void *ctx, int w) {
+    (void)w;
+    gated_job *J = ctx;
+    for (;;) {
+        const int64_t c = atomic_fetch_add(&J->next, 1) * GATED_CHUNK;
+        if (c >= J->n) break;
+        const int64_t len = J->n - c < GATED_CHUNK ? J->n - c : GATED_CHUNK;
+        if (J->table) ub_gelu_table_mul(J->table, J->g + c, J->u + c, J->g + c, len);
+        else ub_silu_mul(J->g + c, J->u + c, J->g + c, len);
+    }
+}
+
+/* g, u: float[n]; g = act(g) * u in place. */
+static void gated(const float *table, float *g, const float *u, int64_t n, int32_t n_threads) {
+    gated_job J;
+    J.table = table;
+    J.g = g;
+    J.u = u;
+    J.n = n;
+    atomic_init(&J.next, 0);
+    const int64_t chunks = (n + GATED_CHUNK - 1) / GATED_CHUNK;
+    int nt = n < 4 * GATED_CHUNK ? 1 : n_threads;
+    if (nt > chunks) nt = (int)chunks;
+    ub_pool_run(gated_work, &J, nt);
 }
 
 static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
@@ -190,8 +230,7 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
         float *ys[2] = {g, u};
         TRY(mm_n(ws, 2, h, m, ys, n_threads, "w_gate / w_up", err, err_len));
     }
-    if (gemma) ub_gelu_table_mul(L->gelu_table, g, u, g, m * F);
-    else ub_silu_mul(g, u, g, m * F);
+    gated(gemma ? L->gelu_table : NULL, g, u, m * F, n_threads);
     TRY(mm(&L->w_down, g, m, a, n_threads, "w_down", err, err_len));
     if (gemma) TRY(ub_rms_norm(a, m, E, L->post_ffw_norm, eps, a));
     add_to(x, a, m * E);
