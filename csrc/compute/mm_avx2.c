@@ -7,6 +7,7 @@
  * stay below 2^15 for every format: |w| <= 128 or w <= 63 against |a| <= 127); one FMA per block (and
  * one for the mins) folds them into the row's 8-lane float accumulator, blocks in index order; a fixed
  * horizontal sum ends the row. */
+#include <math.h>
 #include <string.h>
 
 #include "mm_internal.h"
@@ -28,7 +29,7 @@ int ub_mm_cpu_avx2(void) {
 
 /* Q8_0 / Q8_1 activation blocks with AVX2, byte for byte the generic quantiser's (mm_act.c): the same
  * max, the same f32 division and product, round half to even; a block holding a NaN or an infinity is
- * handed to the generic code. Q8_K and the float kinds use the generic code (cheap next to the dots). */
+ * handed to the generic code. The float kinds use the generic code (cheap next to the dots). */
 static AVX2 void quant_q8_avx2(const float *x, int64_t nblk, uint8_t *out, const int q81) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
@@ -81,8 +82,68 @@ static AVX2 void quant_q8_avx2(const float *x, int64_t nblk, uint8_t *out, const
     }
 }
 
+/* Q8_K blocks (256) with AVX2, byte for byte the generic quantiser's: m = the first element of largest
+ * magnitude, iscale = -127 / m, q = min(127, round-half-even(iscale * x)), d = 1 / iscale, bsums per 16; a
+ * block holding a NaN or an infinity, all zeros, or so small that iscale overflows is handed to the generic
+ * code. */
+static AVX2 void quant_q8k_avx2(const float *x, int64_t nblk, uint8_t *out) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
+    for (int64_t ib = 0; ib < nblk; ib++) {
+        const float *xb = x + 256 * ib;
+        ub_act_q8_k *o = (ub_act_q8_k *)out + ib;
+        __m256 m = _mm256_setzero_ps();
+        int ok = 1;
+        for (int j = 0; j < 32; j++) {
+            const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + 8 * j), absm);
+            ok &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ)) == 0xff;
+            m = _mm256_max_ps(m, a);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4);
+        if (!ok || amax == 0.0f) {
+            ub_mm_quant_row_generic(UB_ACT_Q8_K, xb, 256, (uint8_t *)o);
+            continue;
+        }
+        float mx = 0.0f; /* the first element whose magnitude is amax */
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int j = 0; j < 32; j++) {
+            const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(xb + 8 * j), absm), am, _CMP_EQ_OQ));
+            if (bits) {
+                mx = xb[8 * j + __builtin_ctz((unsigned)bits)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / mx;
+        if (!(fabsf(iscale) <= 3.4028234663852886e38f)) { /* |m| below ~4e-37: the generic code's int casts */
+            ub_mm_quant_row_generic(UB_ACT_Q8_K, xb, 256, (uint8_t *)o);
+            continue;
+        }
+        const __m256 isv = _mm256_set1_ps(iscale);
+        const __m256i cap = _mm256_set1_epi32(127);
+        for (int j = 0; j < 8; j++) { /* 32 elements per round: 4 x 8 int32 packed to 32 int8 in order */
+            __m256i q[4];
+            for (int t = 0; t < 4; t++)
+                q[t] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(isv, _mm256_loadu_ps(xb + 32 * j + 8 * t)),
+                                                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), cap);
+            __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(o->qs + 32 * j), b);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += o->qs[16 * g + j];
+            o->bsums[g] = (int16_t)sum;
+        }
+        o->d = 1.0f / iscale;
+    }
+}
+
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) {
     if (act == UB_ACT_Q8_0 || act == UB_ACT_Q8_1) quant_q8_avx2(x, k / 32, out, act == UB_ACT_Q8_1);
+    else if (act == UB_ACT_Q8_K) quant_q8k_avx2(x, k / 256, out);
     else ub_mm_quant_row_generic(act, x, k, out);
 }
 
