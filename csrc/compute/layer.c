@@ -27,7 +27,7 @@ static int fail(char *err, int32_t err_len, const char *fmt, ...) {
     return UB_E_ARG;
 }
 
-/* w: the weight; name: its role for messages. 1 when w maps n_cols -> n_rows as expected. */
+/* w: one weight of the layer (read only). 1 when it has data and maps n_cols -> n_rows as expected. */
 static int weight_ok(const ub_lw *w, int64_t n_cols, int64_t n_rows) {
     return w->data && w->n_cols == n_cols && w->n_rows == n_rows;
 }
@@ -82,6 +82,7 @@ typedef struct {
 
 #define GATED_CHUNK 8192
 
+/* ctx: a gated_job (g, u float[n], caller-owned); w: the participant (unused: chunks come from a counter). */
 static void gated_work(void *ctx, int w) {
     (void)w;
     gated_job *J = ctx;
@@ -108,6 +109,8 @@ static void gated(const float *table, float *g, const float *u, int64_t n, int32
     ub_pool_run(gated_work, &J, nt);
 }
 
+/* L: the layer's constants (read only); err: char[err_len] for the message. UB_OK when the sizes, weights
+ * and the vectors the layer kind needs are consistent, else UB_E_ARG naming the culprit. */
 static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
     const int64_t E = L->n_embd, hq = (int64_t)L->n_head * L->head_dim, hk = (int64_t)L->n_head_kv * L->head_dim;
     if (L->kind != UB_LAYER_LLAMA && L->kind != UB_LAYER_GEMMA3) return fail(err, err_len, "unknown layer kind %d", L->kind);

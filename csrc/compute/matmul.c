@@ -95,6 +95,8 @@ typedef struct {
     atomic_llong q_next, q_done, c_next;
 } mm_job;
 
+/* ctx: an mm_job (its buffers owned by ub_matmul_multi's caller, xq by ub_matmul_multi); w: the participant
+ * (unused: rows and chunks come from the job's counters). */
 static void mm_work(void *ctx, int w) {
     (void)w;
     mm_job *J = ctx;
@@ -130,6 +132,8 @@ static void mm_work(void *ctx, int w) {
     }
 }
 
+/* x: float[n][k]; w[p]: n_rows[p] rows of weight type types[p] (w_bytes[p] bytes); y[p]: float[n][n_rows[p]];
+ * all caller-owned (see ub_matmul.h). */
 int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uint8_t *const *w,
                     const int64_t *w_bytes, const int32_t *types, const int64_t *n_rows, float *const *y,
                     int32_t n_threads) {
