@@ -160,3 +160,27 @@ def test_bad_input_names_the_culprit():
         mm.get_rows(w, np.array([0], np.int64))
     with pytest.raises(ValueError, match="unknown kernel back-end"):
         mm.set_backend("avx9000")
+
+
+@pytest.mark.skipif("avx2" not in BACKENDS, reason="no AVX2")
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_activation_quantisation_avx2_equals_generic(t):
+    """The AVX2 Q8_K quantiser gives the generic bytes on hostile rows: ties, the largest magnitude repeated
+    (first one wins) or negative, zero blocks, subnormals, huge values, NaN / inf blocks. (The Q8_0 / Q8_1
+    quantisers differ from the generic code on blocks whose max is below ~4e-37, where 127 / max overflows.)"""
+    rng = np.random.default_rng(int(t))
+    rows = [rng.standard_normal(512).astype(np.float32) for _ in range(6)]
+    rows[1][:] = np.float32(0.5) * np.round(rows[1] * 8)
+    rows[2][10], rows[2][200], rows[2][300] = -7.5, 7.5, -7.5
+    rows[3][:256] = 0.0
+    rows[3][256:] = rng.standard_normal(256).astype(np.float32) * np.float32(1e-40)
+    rows[4][5], rows[4][400] = 3e38, -np.inf
+    rows[5][7], rows[5][300] = np.nan, 1e-3
+    try:
+        for row in rows:
+            mm.set_backend("generic")
+            want = mm.quantize_activations(row, int(t)).tobytes()
+            mm.set_backend("avx2")
+            assert mm.quantize_activations(row, int(t)).tobytes() == want
+    finally:
+        mm.set_backend("auto")

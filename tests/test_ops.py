@@ -188,3 +188,25 @@ def test_attention_visible_bad_input():
         ops.rms_norm(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="weight has 2 elements"):
         ops.rms_norm(np.zeros((2, 3), np.float32), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize("kv_dtype", [np.float32, np.float16])
+def test_attention_visible_head_split_bitwise(backend, kv_dtype):
+    """Few rows (decode): the query heads of a kv head are shared out among the threads; every head's result
+    is bitwise what one thread gives (and what the row gives inside a larger batch)."""
+    rng = np.random.default_rng(11)
+    n_head, n_head_kv, hd, kv_size = 6, 1, 32, 40
+    k = rng.standard_normal((1, kv_size, n_head_kv, hd)).astype(kv_dtype)
+    v = rng.standard_normal((1, kv_size, n_head_kv, hd)).astype(kv_dtype)
+    q = rng.standard_normal((5, n_head, hd)).astype(np.float32)
+    rs = np.zeros(5, np.int32)
+    lens = [40, 3, 17, 0, 25]
+    off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    cells = np.concatenate([rng.permutation(kv_size)[:n] for n in lens]).astype(np.int32)
+    full = ops.attention_visible(q, k, v, rs, off, cells, scale=0.2, n_threads=1)
+    for nt in (2, 3, 4, 7):
+        assert np.array_equal(ops.attention_visible(q, k, v, rs, off, cells, scale=0.2, n_threads=nt), full)
+        for i in (0, 2):
+            one = ops.attention_visible(q[i:i + 1].copy(), k, v, rs[:1], np.array([0, lens[i]], np.int32),
+                                        cells[off[i]:off[i + 1]].copy(), scale=0.2, n_threads=nt)
+            assert np.array_equal(one[0], full[i])

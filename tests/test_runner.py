@@ -49,7 +49,11 @@ def test_pooled_embeddings_match_numpy(pooling):
         assert np.abs(res.embd_seq[s] - want).max() < 1e-5, s
 
 
-def test_failure_leaves_kv_untouched(monkeypatch):
+@pytest.mark.parametrize("path", ["reference", "fused"])
+def test_failure_leaves_kv_untouched(monkeypatch, path):
+    """A failure in the second layer (after the first wrote its K/V rows) leaves the K/V data as before, on the
+    Python reference path (attention fails) and on the fused path (the second C layer call fails)."""
+    from ubatch.compute import fused
     ub = one_ubatch([1, 2, 3], [0, 1, 2], [0, 0, 0])
     cells = NumpyCells(1, 32, 4, True)
     place = cells.place(ub)
@@ -58,7 +62,8 @@ def test_failure_leaves_kv_untouched(monkeypatch):
     r.k[0][0, 1] = 3.0  # data in a cell the ubatch overwrites (cells 0..2) before the injected failure
     before = r.snapshot_kv()
     calls = []
-    real = cops.attention_visible
+    mod, name = (cops, "attention_visible") if path == "reference" else (fused, "_call")
+    real = getattr(mod, name)
 
     def failing(*a, **kw):
         calls.append(1)
@@ -66,9 +71,14 @@ def test_failure_leaves_kv_untouched(monkeypatch):
             raise MemoryError("injected")
         return real(*a, **kw)
 
-    monkeypatch.setattr(cops, "attention_visible", failing)
-    with pytest.raises(MemoryError):
-        r.compute(ub, place)
+    monkeypatch.setattr(mod, name, failing)
+    fused.set_enabled(path == "fused")
+    try:
+        with pytest.raises(MemoryError):
+            r.compute(ub, place)
+    finally:
+        fused.set_enabled(None)
+    assert len(calls) == 2
     for a, b in zip(r.k + r.v, before[0] + before[1]):
         assert np.array_equal(a, b)
 

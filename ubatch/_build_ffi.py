@@ -38,6 +38,12 @@ def _sources() -> list:
     return sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in found)
 
 
+def _headers() -> list:
+    """Every csrc/**/*.h: the extension's dependencies, so that editing a header rebuilds it."""
+    found = glob.glob(os.path.join(CSRC, "**", "*.h"), recursive=True)
+    return sorted(os.path.relpath(p, os.path.dirname(HERE)) for p in found)
+
+
 def cdef_from_headers(root: str = "ubatch.h") -> str:
     seen, parts = set(), []
 
@@ -69,6 +75,7 @@ ffibuilder.set_source(
     "ubatch._native",
     '#include "ubatch.h"',
     sources=_sources(),
+    depends=_headers(),
     include_dirs=_include_dirs(),
     extra_compile_args=_extra_compile_args(),
     extra_link_args=["-pthread", "-lm"] + os.environ.get("UBATCH_LDFLAGS", "").split(),

@@ -77,6 +77,7 @@ typedef struct {
     const int32_t *row_stream, *off, *cells;
     float *out;
     int32_t n_q, n_head, n_head_kv, hd_k, hd_v, kv_size, gqa;
+    int32_t hsplit; /* parts the gqa query heads of a (row, kv head) are cut into (1, or more when rows are few) */
     float scale, softcap;
     float *scratch; /* per participant: [max_list][gqa] scores + [hd_k] rounded query */
     int64_t scratch_stride;
@@ -84,14 +85,19 @@ typedef struct {
     atomic_llong next;
 } av_job;
 
+/* Unit u = (row i, kv head g, part p): query heads [h0, h0 + gq) of the kv head's group (each head's
+ * operations are those of a single-head loop, so how the heads are cut into parts does not change them). */
 static void av_unit(av_job *J, int64_t u, float *sc) {
+    const int32_t p = (int32_t)(u % J->hsplit);
+    u /= J->hsplit;
     const int32_t i = (int32_t)(u / J->n_head_kv), g = (int32_t)(u % J->n_head_kv);
     const int32_t st = J->row_stream[i], c0 = J->off[i], nc = J->off[i + 1] - c0;
-    const int32_t gq = J->gqa, hdk = J->hd_k, hdv = J->hd_v;
+    const int32_t h0 = (int32_t)((int64_t)p * J->gqa / J->hsplit);
+    const int32_t gq = (int32_t)((int64_t)(p + 1) * J->gqa / J->hsplit) - h0, hdk = J->hd_k, hdv = J->hd_v;
     const int32_t *cl = J->cells + c0;
     float *qr = sc + (int64_t)nc * gq; /* gq rows of hd_k: the queries (f16-rounded for an f16 K) */
     for (int32_t h = 0; h < gq; h++) {
-        const float *qs = J->q + ((int64_t)i * J->n_head + (int64_t)g * gq + h) * hdk;
+        const float *qs = J->q + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0 + h) * hdk;
         for (int32_t d = 0; d < hdk; d++) qr[h * hdk + d] = J->k_f16 ? ub_h2f(ub_f2h(qs[d])) : qs[d];
     }
     const int64_t kbase = (int64_t)st * J->kv_size;
@@ -100,7 +106,7 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
         if (J->k_f16) J->kern.dots_f16(qr, gq, hdk, (const uint16_t *)J->k + kr, sc + c, nc);
         else J->kern.dots_f32(qr, gq, hdk, (const float *)J->k + kr, sc + c, nc);
     }
-    float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * gq) * hdv; /* gq rows of hd_v */
+    float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0) * hdv; /* gq rows of hd_v */
     memset(o, 0, sizeof(float) * (size_t)hdv * (size_t)gq);
     if (nc == 0) return;
     for (int32_t h = 0; h < gq; h++) { /* per head: soft-cap, scale, max, exp, double sum, probabilities */
@@ -131,7 +137,7 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
 static void av_work(void *ctx, int w) {
     av_job *J = ctx;
     float *sc = J->scratch + (int64_t)w * J->scratch_stride;
-    const int64_t n_units = (int64_t)J->n_q * J->n_head_kv;
+    const int64_t n_units = (int64_t)J->n_q * J->n_head_kv * J->hsplit;
     for (;;) {
         const long long u = atomic_fetch_add(&J->next, 1);
         if (u >= n_units) break;
@@ -179,7 +185,13 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.softcap = softcap;
     ub_av_select(&J.kern, ub_mm_backend() == UB_MM_AVX2, hd_k, hd_v);
     int nt = n_threads > UB_POOL_MAX ? UB_POOL_MAX : n_threads;
-    const int64_t units = (int64_t)n_q * n_head_kv;
+    int64_t units = (int64_t)n_q * n_head_kv;
+    J.hsplit = 1;
+    if (units < nt) { /* few rows (decode): the query heads of a kv head are shared out too */
+        J.hsplit = (int32_t)((nt + units - 1) / units);
+        if (J.hsplit > J.gqa) J.hsplit = J.gqa;
+        units *= J.hsplit;
+    }
     if (nt > units) nt = (int)units;
     J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + 15) & ~(int64_t)15;
     J.scratch = malloc(sizeof(float) * (size_t)(J.scratch_stride * nt));

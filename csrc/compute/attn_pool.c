@@ -1,7 +1,8 @@
 /* Persistent worker pool (see attn_pool.h). State is global and guarded by g_mu; g_use serialises jobs
  * (taken with trylock so a second concurrent caller never blocks: it runs its job inline). After a job a
  * worker spins for up to UB_POOL_SPIN_US watching g_pub (the published generation) before it sleeps on the
- * condition variable: a decode step issues hundreds of sub-millisecond jobs back to back, and a condvar
+ * condition variable, and the caller, its own share done, spins as long for the workers to leave fn before
+ * it sleeps on g_done: a decode step issues hundreds of sub-millisecond jobs back to back, and a condvar
  * wake-up per job would cost more than the job. UBATCH_POOL_SPIN_US overrides the spin time (0: none). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +22,7 @@ static int g_stop;        /* set by shutdown */
 static uint64_t g_gen;    /* job generation, bumped per job */
 static int g_open;        /* the current job still accepts participants */
 static int g_want;        /* participants 1..g_want may join the current job */
-static int g_active;      /* participants (workers) inside fn */
+static atomic_int g_active; /* participants (workers) inside fn (changed under g_mu, read also without) */
 static ub_pool_fn g_fn;
 static void *g_ctx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -50,6 +51,21 @@ static void spin_wait(uint64_t seen) {
     }
 }
 
+/* The caller, its share of a job done: spin (unlocked) while workers are inside fn, up to the spin time. */
+static void spin_idle(void) {
+    if (g_spin_ns <= 0 || atomic_load_explicit(&g_active, memory_order_acquire) == 0) return;
+    const int64_t end = now_ns() + g_spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(&g_active, memory_order_acquire) == 0) return;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (now_ns() > end) return;
+    }
+}
+
 /* arg: participant index w >= 1 cast through intptr_t. */
 static void *worker_main(void *arg) {
     const int w = (int)(intptr_t)arg;
@@ -67,11 +83,11 @@ static void *worker_main(void *arg) {
         if (!g_open || w > g_want) continue;
         ub_pool_fn fn = g_fn;
         void *ctx = g_ctx;
-        g_active++;
+        atomic_fetch_add(&g_active, 1);
         pthread_mutex_unlock(&g_mu);
         fn(ctx, w);
         pthread_mutex_lock(&g_mu);
-        if (--g_active == 0) pthread_cond_signal(&g_done);
+        if (atomic_fetch_sub(&g_active, 1) == 1) pthread_cond_signal(&g_done);
     }
     pthread_mutex_unlock(&g_mu);
     return NULL;
@@ -89,7 +105,7 @@ static void fork_child(void) { /* the workers do not exist in the child */
     g_n = 0;
     g_stop = 0;
     g_open = 0;
-    g_active = 0;
+    atomic_store(&g_active, 0);
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_use);
 }
@@ -123,9 +139,10 @@ void ub_pool_run(ub_pool_fn fn, void *ctx, int n) {
 
     fn(ctx, 0);
 
+    spin_idle(); /* the workers' last tiles end within microseconds on decode-sized jobs: no sleep for them */
     pthread_mutex_lock(&g_mu);
     g_open = 0; /* late workers skip this job: the caller has already taken every tile */
-    while (g_active > 0) pthread_cond_wait(&g_done, &g_mu);
+    while (atomic_load(&g_active) > 0) pthread_cond_wait(&g_done, &g_mu);
     g_fn = NULL;
     g_ctx = NULL;
     pthread_mutex_unlock(&g_mu);

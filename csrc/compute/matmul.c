@@ -74,85 +74,141 @@ int ub_mm_quantize_act(const float *x, int64_t k, int32_t type, uint8_t *out) {
     return UB_OK;
 }
 
+/* One weight of a job: its bytes, output, dot kernel, chunking, and which quantised activation it reads. */
 typedef struct {
-    const float *x;
     const uint8_t *w;
     float *y;
-    uint8_t *xq;
-    int64_t n, k, n_rows, nb, row_bytes, arb, ch, n_chunks;
-    int32_t act;
+    int64_t n_rows, nb, row_bytes, ch, n_chunks, c_first; /* c_first: the job-wide index of its first chunk */
+    int32_t slot;                                          /* index of its activation kind in the job */
     ub_mm_dot_fn dot;
+} mm_part;
+
+typedef struct {
+    const float *x;
+    int64_t n, k, n_chunks;
+    int32_t n_parts, n_acts;
+    int32_t act[UB_MM_MAXW];  /* the distinct activation kinds */
+    int64_t arb[UB_MM_MAXW];  /* bytes of one activation row of each kind */
+    uint8_t *xq[UB_MM_MAXW];  /* n quantised rows of each kind */
+    mm_part part[UB_MM_MAXW];
     int avx2;
     atomic_llong q_next, q_done, c_next;
 } mm_job;
 
+/* ctx: an mm_job (its buffers owned by ub_matmul_multi's caller, xq by ub_matmul_multi); w: the participant
+ * (unused: rows and chunks come from the job's counters). */
 static void mm_work(void *ctx, int w) {
     (void)w;
     mm_job *J = ctx;
-    for (;;) { /* phase 1: quantise activation rows */
-        const long long i = atomic_fetch_add(&J->q_next, 1);
-        if (i >= J->n) break;
-        if (J->avx2) ub_mm_quant_row_avx2(J->act, J->x + i * J->k, J->k, J->xq + i * J->arb);
-        else ub_mm_quant_row_generic(J->act, J->x + i * J->k, J->k, J->xq + i * J->arb);
+    const int64_t nq = J->n * J->n_acts;
+    for (;;) { /* phase 1: quantise activation rows (row i of kind a = item a * n + i) */
+        const long long t = atomic_fetch_add(&J->q_next, 1);
+        if (t >= nq) break;
+        const int64_t a = t / J->n, i = t % J->n;
+        if (J->avx2) ub_mm_quant_row_avx2(J->act[a], J->x + i * J->k, J->k, J->xq[a] + i * J->arb[a]);
+        else ub_mm_quant_row_generic(J->act[a], J->x + i * J->k, J->k, J->xq[a] + i * J->arb[a]);
         atomic_fetch_add(&J->q_done, 1);
     }
-    while (atomic_load(&J->q_done) < J->n) sched_yield(); /* rows taken by others are being quantised */
-    for (;;) { /* phase 2: column chunks */
+    for (int spins = 0; atomic_load(&J->q_done) < nq; spins++) { /* rows taken by others are being quantised */
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((spins & 63) == 63) sched_yield();
+    }
+    int p = 0;
+    for (;;) { /* phase 2: column chunks, the weights' chunks numbered one after the other */
         const long long c = atomic_fetch_add(&J->c_next, 1);
         if (c >= J->n_chunks) break;
-        const int64_t j0 = c * J->ch, j1 = j0 + J->ch < J->n_rows ? j0 + J->ch : J->n_rows;
+        while (c >= J->part[p].c_first + J->part[p].n_chunks) p++; /* c only grows within a participant */
+        const mm_part *P = &J->part[p];
+        const int64_t arb = J->arb[P->slot];
+        const int64_t j0 = (c - P->c_first) * P->ch, j1 = j0 + P->ch < P->n_rows ? j0 + P->ch : P->n_rows;
         for (int64_t i0 = 0; i0 < J->n; i0 += UB_MM_RT) {
             const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
-            const uint8_t *a = J->xq + i0 * J->arb;
-            float *yy = J->y + i0 * J->n_rows;
-            for (int64_t j = j0; j < j1; j++) J->dot(J->nb, J->w + j * J->row_bytes, a, J->arb, nr, yy + j, J->n_rows);
+            const uint8_t *a = J->xq[P->slot] + i0 * arb;
+            float *yy = P->y + i0 * P->n_rows;
+            for (int64_t j = j0; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, nr, yy + j, P->n_rows);
         }
     }
 }
 
-int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_bytes, int32_t type,
-              int64_t n_rows, float *y, int32_t n_threads) {
-    const ub_mm_type *t = ub_mm_find(type);
-    if (!t || n < 0 || k <= 0 || n_rows < 0 || k % t->blck || n_threads < 1) return UB_E_ARG;
-    if (k > ((int64_t)1 << 40) || n_rows > ((int64_t)1 << 40) || n > ((int64_t)1 << 40)) return UB_E_ARG;
-    const int64_t nb = k / t->blck, row_bytes = nb * t->bytes;
-    if (w_bytes != row_bytes * n_rows) return UB_E_ARG;
-    if (n == 0 || n_rows == 0) return UB_OK;
-    if (!x || !w || !y) return UB_E_ARG;
+/* x: float[n][k]; w[p]: n_rows[p] rows of weight type types[p] (w_bytes[p] bytes); y[p]: float[n][n_rows[p]];
+ * all caller-owned (see ub_matmul.h). */
+int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uint8_t *const *w,
+                    const int64_t *w_bytes, const int32_t *types, const int64_t *n_rows, float *const *y,
+                    int32_t n_threads) {
+    if (n_w < 1 || n_w > UB_MM_MAXW || !w || !w_bytes || !types || !n_rows || !y) return UB_E_ARG;
+    if (n < 0 || k <= 0 || n_threads < 1 || k > ((int64_t)1 << 40) || n > ((int64_t)1 << 40)) return UB_E_ARG;
     mm_job J;
     memset(&J, 0, sizeof J);
-    J.arb = ub_mm_act_row_bytes(t->act, k);
-    J.xq = malloc((size_t)(J.arb * n) + 64);
-    if (!J.xq) return UB_E_NOMEM;
+    int64_t work = 0, total_rows = 0;
+    for (int32_t p = 0; p < n_w; p++) {
+        const ub_mm_type *t = ub_mm_find(types[p]);
+        if (!t || n_rows[p] < 0 || n_rows[p] > ((int64_t)1 << 40) || k % t->blck) return UB_E_ARG;
+        const int64_t nb = k / t->blck, row_bytes = nb * t->bytes;
+        if (w_bytes[p] != row_bytes * n_rows[p]) return UB_E_ARG;
+        if (n_rows[p] && n && (!w[p] || !y[p])) return UB_E_ARG;
+        int32_t slot = 0;
+        while (slot < J.n_acts && J.act[slot] != t->act) slot++;
+        if (slot == J.n_acts) J.act[J.n_acts++] = t->act;
+        mm_part *P = &J.part[p];
+        P->w = w[p];
+        P->y = y[p];
+        P->n_rows = n_rows[p];
+        P->nb = t->blck == 1 ? k : nb;
+        P->row_bytes = row_bytes;
+        P->slot = slot;
+        work += w_bytes[p];
+        total_rows += n_rows[p];
+    }
+    if (n == 0 || total_rows == 0) return UB_OK;
+    if (!x) return UB_E_ARG;
+    J.avx2 = ub_mm_backend() == UB_MM_AVX2;
+    for (int32_t p = 0; p < n_w; p++) { /* chunk of weight rows: ~16 KB for decode-sized calls, ~128 KB when many rows reuse it */
+        mm_part *P = &J.part[p];
+        const ub_mm_type *t = ub_mm_find(types[p]);
+        P->dot = J.avx2 && ub_mm_dot_avx2(types[p]) ? ub_mm_dot_avx2(types[p]) : t->dot_generic;
+        int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
+        const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
+        if (ch > bal) ch = bal;
+        if (ch < 1) ch = 1;
+        P->ch = ch;
+        P->n_chunks = (P->n_rows + ch - 1) / ch;
+        P->c_first = J.n_chunks;
+        J.n_chunks += P->n_chunks;
+    }
+    int64_t q_bytes = 0;
+    for (int32_t a = 0; a < J.n_acts; a++) {
+        J.arb[a] = ub_mm_act_row_bytes(J.act[a], k);
+        q_bytes += (J.arb[a] * n + 63) & ~(int64_t)63;
+    }
+    uint8_t *xq = malloc((size_t)q_bytes + 64);
+    if (!xq) return UB_E_NOMEM;
+    int64_t off = 0;
+    for (int32_t a = 0; a < J.n_acts; a++) {
+        J.xq[a] = xq + off;
+        off += (J.arb[a] * n + 63) & ~(int64_t)63;
+    }
     J.x = x;
-    J.w = w;
-    J.y = y;
     J.n = n;
     J.k = k;
-    J.n_rows = n_rows;
-    J.nb = t->blck == 1 ? k : nb;
-    J.row_bytes = row_bytes;
-    J.act = t->act;
-    J.avx2 = ub_mm_backend() == UB_MM_AVX2;
-    J.dot = J.avx2 && ub_mm_dot_avx2(type) ? ub_mm_dot_avx2(type) : t->dot_generic;
-    /* chunk of weight rows: ~16 KB for decode-sized calls (balance), ~128 KB when many rows reuse it */
-    int64_t ch = (n <= UB_MM_RT ? 16384 : 131072) / row_bytes;
-    const int64_t bal = (n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
-    if (ch > bal) ch = bal;
-    if (ch < 1) ch = 1;
-    J.ch = ch;
-    J.n_chunks = (n_rows + ch - 1) / ch;
+    J.n_parts = n_w;
     atomic_init(&J.q_next, 0);
     atomic_init(&J.q_done, 0);
     atomic_init(&J.c_next, 0);
     /* small calls on fewer threads: waking a worker (and waiting for it) costs more than ~64 KB of work */
-    const int64_t work = w_bytes * ((n + UB_MM_RT - 1) / UB_MM_RT);
+    work *= (n + UB_MM_RT - 1) / UB_MM_RT;
     int nt = n_threads;
     if ((int64_t)nt > 1 + work / 65536) nt = (int)(1 + work / 65536);
     if (nt > J.n_chunks) nt = (int)J.n_chunks;
     ub_pool_run(mm_work, &J, nt);
-    free(J.xq);
+    free(xq);
     return UB_OK;
+}
+
+int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_bytes, int32_t type,
+              int64_t n_rows, float *y, int32_t n_threads) {
+    return ub_matmul_multi(x, n, k, 1, &w, &w_bytes, &type, &n_rows, &y, n_threads);
 }
 
 int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows, int64_t n_cols,

@@ -1,12 +1,13 @@
 /* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
  * time (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
  *
- * Every kernel body is instantiated for nr = 1..4 (row tile); for each activation row it keeps its own
+ * Every kernel body is instantiated for nr = 1..6 (row tile); for each activation row it keeps its own
  * accumulators and performs the same operations in the same order whatever nr is: the weight block is
  * decoded once and shared, nothing else is. Integer products inside a block are exact (maddubs pairs
  * stay below 2^15 for every format: |w| <= 128 or w <= 63 against |a| <= 127); one FMA per block (and
  * one for the mins) folds them into the row's 8-lane float accumulator, blocks in index order; a fixed
  * horizontal sum ends the row. */
+#include <math.h>
 #include <string.h>
 
 #include "mm_internal.h"
@@ -17,6 +18,9 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INL static inline __attribute__((always_inline))
+/* the per-row loops of a tile (nr a constant in every instantiation) are unrolled so that each row's
+ * accumulators stay in registers; unrolling does not change any row's operations */
+#define UNR _Pragma("GCC unroll 8")
 
 int ub_mm_cpu_avx2(void) {
     __builtin_cpu_init();
@@ -25,7 +29,7 @@ int ub_mm_cpu_avx2(void) {
 
 /* Q8_0 / Q8_1 activation blocks with AVX2, byte for byte the generic quantiser's (mm_act.c): the same
  * max, the same f32 division and product, round half to even; a block holding a NaN or an infinity is
- * handed to the generic code. Q8_K and the float kinds use the generic code (cheap next to the dots). */
+ * handed to the generic code. The float kinds use the generic code (cheap next to the dots). */
 static AVX2 void quant_q8_avx2(const float *x, int64_t nblk, uint8_t *out, const int q81) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
@@ -78,8 +82,68 @@ static AVX2 void quant_q8_avx2(const float *x, int64_t nblk, uint8_t *out, const
     }
 }
 
+/* Q8_K blocks (256) with AVX2, byte for byte the generic quantiser's: m = the first element of largest
+ * magnitude, iscale = -127 / m, q = min(127, round-half-even(iscale * x)), d = 1 / iscale, bsums per 16; a
+ * block holding a NaN or an infinity, all zeros, or so small that iscale overflows is handed to the generic
+ * code. */
+static AVX2 void quant_q8k_avx2(const float *x, int64_t nblk, uint8_t *out) {
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 fmax = _mm256_set1_ps(3.4028234663852886e38f);
+    for (int64_t ib = 0; ib < nblk; ib++) {
+        const float *xb = x + 256 * ib;
+        ub_act_q8_k *o = (ub_act_q8_k *)out + ib;
+        __m256 m = _mm256_setzero_ps();
+        int ok = 1;
+        for (int j = 0; j < 32; j++) {
+            const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + 8 * j), absm);
+            ok &= _mm256_movemask_ps(_mm256_cmp_ps(a, fmax, _CMP_LE_OQ)) == 0xff;
+            m = _mm256_max_ps(m, a);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4);
+        if (!ok || amax == 0.0f) {
+            ub_mm_quant_row_generic(UB_ACT_Q8_K, xb, 256, (uint8_t *)o);
+            continue;
+        }
+        float mx = 0.0f; /* the first element whose magnitude is amax */
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int j = 0; j < 32; j++) {
+            const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(xb + 8 * j), absm), am, _CMP_EQ_OQ));
+            if (bits) {
+                mx = xb[8 * j + __builtin_ctz((unsigned)bits)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / mx;
+        if (!(fabsf(iscale) <= 3.4028234663852886e38f)) { /* |m| below ~4e-37: the generic code's int casts */
+            ub_mm_quant_row_generic(UB_ACT_Q8_K, xb, 256, (uint8_t *)o);
+            continue;
+        }
+        const __m256 isv = _mm256_set1_ps(iscale);
+        const __m256i cap = _mm256_set1_epi32(127);
+        for (int j = 0; j < 8; j++) { /* 32 elements per round: 4 x 8 int32 packed to 32 int8 in order */
+            __m256i q[4];
+            for (int t = 0; t < 4; t++)
+                q[t] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(isv, _mm256_loadu_ps(xb + 32 * j + 8 * t)),
+                                                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), cap);
+            __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(o->qs + 32 * j), b);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += o->qs[16 * g + j];
+            o->bsums[g] = (int16_t)sum;
+        }
+        o->d = 1.0f / iscale;
+    }
+}
+
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) {
     if (act == UB_ACT_Q8_0 || act == UB_ACT_Q8_1) quant_q8_avx2(x, k / 32, out, act == UB_ACT_Q8_1);
+    else if (act == UB_ACT_Q8_K) quant_q8k_avx2(x, k / 256, out);
     else ub_mm_quant_row_generic(act, x, k, out);
 }
 
@@ -115,10 +179,9 @@ INL AVX2 __m256i bytes_of_bits(const uint8_t *p) {
 }
 INL AVX2 __m256i bit4_from_bits(const uint8_t *p) { return _mm256_and_si256(bytes_of_bits(p), _mm256_set1_epi8(0x10)); }
 /* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
-INL AVX2 __m256i nibbles32(const uint8_t *p) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)p);
-    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+INL AVX2 __m256i nibbles32(const uint8_t *p) { /* the 16 bytes in both halves, the upper half shifted by 4 */
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 #define DISPATCH(NAME, BODY)                                                                                \
@@ -127,7 +190,9 @@ INL AVX2 __m256i nibbles32(const uint8_t *p) {
         case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
         case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
         case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
-        default: BODY(nb, w, a, as, 4, y, ys); break;                                                       \
+        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
+        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
+        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
         }                                                                                                   \
     }
 
@@ -146,16 +211,21 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
     else if (kind == 3) q = nibbles32(b + 4);
     else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
     const float dw = h2f(b);
+    /* the block scale dw * d_x: for one row a scalar product and a broadcast; for a tile dw is broadcast once
+     * and each row's d_x is broadcast from memory (a load, no shuffle): the same single-precision product */
+    const __m256 dwv = _mm256_set1_ps(dw);
     if (kind <= 2) {
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_s8(q, ld(x->qs))), acc[r]);
         }
     } else {
         const float mw = h2f(b + 2);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
             accm[r] += mw * x->s;
         }
     }
@@ -166,7 +236,7 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
                        int64_t ys, const int kind) {
     __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
     float accm[UB_MM_RT];
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         acc0[r] = acc1[r] = _mm256_setzero_ps();
         accm[r] = 0.0f;
     }
@@ -176,7 +246,7 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
         q32_block(w, a, as, nr, ib + 1, kind, acc1, accm);
     }
     if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
         y[r * ys] = kind <= 2 ? s : s + accm[r];
     }
@@ -208,7 +278,7 @@ INL void scale_min_k4(const uint8_t *s, int16_t *sc, int16_t *mn16) { /* sc[8]; 
 INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                         int64_t ys, const int five) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
@@ -219,7 +289,7 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
         const __m256i mins = _mm256_loadu_si256((const __m256i *)mn16);
         const __m256i qh = five ? ld(b + 16) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i raw = ld(qs + 32 * c);
             __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -228,20 +298,20 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
             }
             const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
-            for (int r = 0; r < nr; r++) {
+            UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(x->qs + 64 * c)), s_lo));
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld(x->qs + 64 * c + 32)), s_hi));
             }
         }
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
             acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 #define B_Q4_K(...) body_q45k(__VA_ARGS__, 0)
 #define B_Q5_K(...) body_q45k(__VA_ARGS__, 1)
@@ -253,7 +323,7 @@ DISPATCH(dot_q5_k, B_Q5_K)
 INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                        int64_t ys) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * 210;
@@ -261,7 +331,7 @@ INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
         const float dw = h2f(b + 208);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = ld(b + 64 * h), ql1 = ld(b + 64 * h + 32), qh = ld(b + 128 + 32 * h);
             for (int i = 0; i < 4; i++) {
@@ -273,19 +343,19 @@ INL AVX2 void body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
                 const __m256i e = _mm256_or_si256(l, hb);
                 const int s0 = 8 * h + 2 * i;
                 const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
-                for (int r = 0; r < nr; r++) {
+                UNR for (int r = 0; r < nr; r++) {
                     const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(e, ld(x->qs + 128 * h + 32 * i)), sv));
                 }
             }
         }
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), sc16), 5);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], corr)), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 DISPATCH(dot_q6_k, body_q6k)
 
@@ -296,7 +366,7 @@ DISPATCH(dot_q6_k, body_q6k)
 INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                         int64_t ys, const int three) {
     __m256 acc[UB_MM_RT];
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i m2 = _mm256_set1_epi8(0x03), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (three ? 110 : 84);
@@ -319,7 +389,7 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
         const __m256i sc16 = _mm256_loadu_si256((const __m256i *)sc);
         const __m256i hm = three ? ld(b) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
-        for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i qv = ld(qs + 32 * h);
             for (int g = 0; g < 4; g++) {
@@ -328,14 +398,14 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
                     u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + g), one), 2));
                 const int s0 = 8 * h + 2 * g;
                 const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
-                for (int r = 0; r < nr; r++) {
+                UNR for (int r = 0; r < nr; r++) {
                     const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                     sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, ld(x->qs + 128 * h + 32 * g)), sv));
                 }
             }
         }
         const __m256i mn16 = three ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)mn);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)x->bsums);
             if (three) {
@@ -347,7 +417,7 @@ INL AVX2 void body_q23k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
             }
         }
     }
-    for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
 }
 #define B_Q2_K(...) body_q23k(__VA_ARGS__, 0)
 #define B_Q3_K(...) body_q23k(__VA_ARGS__, 1)
@@ -373,27 +443,27 @@ INL AVX2 float sc16(uint16_t h, const int kind) {
 INL AVX2 void body_f(int64_t k, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                      int64_t ys, const int f16) {
     __m256 a0[UB_MM_RT], a1[UB_MM_RT];
-    for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+    UNR for (int r = 0; r < nr; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
 #define LD16(p) (f16 == 2 ? bf16x8((const uint16_t *)(p)) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
 #define LDW(off) (f16 ? LD16((const uint16_t *)w + (off)) : _mm256_loadu_ps((const float *)w + (off)))
 #define LDA(r, off) (f16 ? LD16((const uint16_t *)(a + (r) * as) + (off)) : _mm256_loadu_ps((const float *)(a + (r) * as) + (off)))
     for (; i + 16 <= k; i += 16) {
         const __m256 w0 = LDW(i), w1 = LDW(i + 8);
-        for (int r = 0; r < nr; r++) {
+        UNR for (int r = 0; r < nr; r++) {
             a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
             a1[r] = _mm256_fmadd_ps(w1, LDA(r, i + 8), a1[r]);
         }
     }
     if (i + 8 <= k) {
         const __m256 w0 = LDW(i);
-        for (int r = 0; r < nr; r++) a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
+        UNR for (int r = 0; r < nr; r++) a0[r] = _mm256_fmadd_ps(w0, LDA(r, i), a0[r]);
         i += 8;
     }
 #undef LDW
 #undef LDA
 #undef LD16
-    for (int r = 0; r < nr; r++) {
+    UNR for (int r = 0; r < nr; r++) {
         float s = hsum(_mm256_add_ps(a0[r], a1[r]));
         for (int64_t j = i; j < k; j++) {
             const float wv = f16 ? sc16(((const uint16_t *)w)[j], f16) : ((const float *)w)[j];

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define UB_MM_RT 4 /* activation rows per dot-kernel call (the row tile: one weight load serves them all) */
+#define UB_MM_RT 6 /* activation rows per dot-kernel call (the row tile: one weight load serves them all) */
 
 /* Quantised activation blocks (ubatch's own layout; the numbers are ggml-cpu's). d and s are the
  * fp16-rounded values, stored decoded as float. */

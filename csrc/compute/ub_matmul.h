@@ -36,6 +36,15 @@ int ub_mm_set_backend(int32_t b);
 int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_bytes, int32_t type,
               int64_t n_rows, float *y, int32_t n_threads);
 
+/* Several matmuls of one input: y[p] = x @ W_p.T for p < n_w (1 <= n_w <= UB_MM_MAXW), each weight p given
+ * as ub_matmul takes it (w[p], w_bytes[p], types[p], n_rows[p]; y[p]: float[n][n_rows[p]]), all with n_cols
+ * = k. x is quantised once per distinct activation kind and all the weights' column chunks run as one job
+ * on the workers; every y[p] is bitwise what ub_matmul gives for that weight alone. Returns as ub_matmul. */
+enum { UB_MM_MAXW = 4 };
+int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uint8_t *const *w,
+                    const int64_t *w_bytes, const int32_t *types, const int64_t *n_rows, float *const *y,
+                    int32_t n_threads);
+
 /* The activation row quantisation used by ub_matmul (exported for tests): x: float[k] -> out (bytes as
  * ub_mm_act_bytes(type, k) says; layout in mm_internal.h). Returns UB_OK or UB_E_ARG. */
 int64_t ub_mm_act_bytes(int32_t type, int64_t k);

@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ubatch._ffi import ffi
 from ubatch.compute import kernels
 
 KV_TYPES = {"f32": np.float32, "f16": np.float16}
@@ -28,6 +29,16 @@ class KVStore:
         self.k: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_k]) for l in self.layers}
         self.v: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_v]) for l in self.layers}
         self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
+        self._ptrs: Dict[Tuple[int, str], object] = {}
+
+    def ptr(self, layer: int, which: str):
+        """A cffi pointer to the data of k[layer] / v[layer] (which = "k" / "v"); the arrays are never
+        replaced (every operation writes into them), so the pointer is made once."""
+        p = self._ptrs.get((layer, which))
+        if p is None:
+            a = (self.k if which == "k" else self.v)[layer]
+            p = self._ptrs[(layer, which)] = ffi.from_buffer("uint8_t[]", a)
+        return p
 
     def _arrays(self) -> List[np.ndarray]:
         return [self.k[l] for l in self.layers] + [self.v[l] for l in self.layers] + [self.pos]

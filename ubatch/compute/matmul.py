@@ -136,6 +136,39 @@ def matmul(x: np.ndarray, w: QWeight, *, out: Optional[np.ndarray] = None,
     return out
 
 
+def matmul_multi(x: np.ndarray, ws, *, n_threads: Optional[int] = None) -> list:
+    """[x @ W.T for W in ws] for 1..4 weights of the same n_cols, in one C call (ub_matmul_multi): x is
+    quantised once per distinct activation kind and the weights' columns are one job for the threads.
+    Each result is bitwise matmul(x, W) (x float32[n, n_cols] C-contiguous -> float32[n, W.n_rows])."""
+    ws = list(ws)
+    if not 1 <= len(ws) <= lib.UB_MM_MAXW:
+        raise ValueError(f"matmul_multi takes 1 to {lib.UB_MM_MAXW} weights, got {len(ws)}")
+    for i, w in enumerate(ws):
+        if not isinstance(w, QWeight):
+            raise ValueError(f"ws[{i}] must be a QWeight, got {type(w).__name__}")
+        if w.n_cols != ws[0].n_cols:
+            raise ValueError(f"ws[{i}] has n_cols={w.n_cols}, ws[0] has {ws[0].n_cols}: the weights must share the input")
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
+        raise ValueError("x must be a C-contiguous float32 array [n, n_cols]")
+    if x.shape[1] != ws[0].n_cols:
+        raise ValueError(f"x must have shape [n, {ws[0].n_cols}] (the weights' n_cols), got {x.shape}")
+    nt = _threads(n_threads)
+    outs = [np.empty((x.shape[0], w.n_rows), np.float32) for w in ws]
+    if x.shape[0] == 0:
+        return outs
+    nw = len(ws)
+    rc = lib.ub_matmul_multi(ffi.from_buffer("float[]", x), x.shape[0], ws[0].n_cols, nw,
+                             ffi.new("uint8_t *[]", [w._buf for w in ws]), ffi.new("int64_t[]", [w.nbytes for w in ws]),
+                             ffi.new("int32_t[]", [w.ggml_type for w in ws]), ffi.new("int64_t[]", [w.n_rows for w in ws]),
+                             ffi.new("float *[]", [ffi.from_buffer("float[]", o) if o.size else ffi.NULL for o in outs]),
+                             nt)
+    if rc == lib.UB_E_NOMEM:
+        raise MemoryError("matmul_multi: out of memory for the quantised activations")
+    if rc != lib.UB_OK:
+        raise ValueError(f"matmul_multi: invalid arguments for {ws!r} (status {rc})")
+    return outs
+
+
 def get_rows(w: QWeight, ids: np.ndarray) -> np.ndarray:
     """Dequantised rows: ids int32[m] (each in [0, n_rows)) -> float32[m, n_cols]."""
     _check_weight(w)
@@ -174,5 +207,5 @@ def quantize_activations(x: np.ndarray, ggml_type: int) -> np.ndarray:
     return out
 
 
-__all__ = ["QWeight", "matmul", "get_rows", "type_info", "backend", "set_backend", "quantize_activations",
+__all__ = ["QWeight", "matmul", "matmul_multi", "get_rows", "type_info", "backend", "set_backend", "quantize_activations",
            "TYPE_NAMES"] + list(TYPE_NAMES.values())

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ubatch._ffi import ffi, lib
 from ubatch.compute import kernels
 from ubatch.compute import ops as cops
 from ubatch.compute.kv_store import KV_TYPES, KVStore
@@ -61,6 +62,7 @@ class _Where:
         self.store, self.streams, self.cells, self.mask = store, streams, cells, mask
         self.ns, self.per, self.n_kv = ns, per, n_kv
         self.sidx = np.broadcast_to(streams[:, None].astype(np.intp), cells.shape)
+        self.dst = flat.reshape(-1)                       # int64[n]: flat cell of each ubatch row
 
     def window_mask(self, pos_q: np.ndarray, n_swa: int) -> np.ndarray:
         """The mask with the sliding-window test added: cell visible iff also p_q - p_cell < n_swa."""
@@ -80,6 +82,7 @@ class Step:
         self.n_threads = runner.n_threads
         self._swa_mask: Optional[np.ndarray] = None
         self._vis: Dict[tuple, tuple] = {}
+        self._kv: Dict[tuple, tuple] = {}
 
     def _where(self, il: int) -> Tuple[_Where, np.ndarray]:
         m = self.runner.model
@@ -91,20 +94,48 @@ class Step:
             self._swa_mask = self.base.window_mask(self.pos[0], m.n_swa)
         return self.base, self._swa_mask
 
+    def _visible(self, il: int) -> Tuple[_Where, tuple]:
+        """Layer il's placement and its rows' visible-cell lists (row_stream, off, cells), built once per
+        (placement, mask) of the ubatch."""
+        w, mask = self._where(il)
+        key = (id(w), id(mask))
+        vis = self._vis.get(key)
+        if vis is None:
+            pos = np.ascontiguousarray(w.store.pos[w.streams.astype(np.intp)][:, :w.n_kv])
+            off, cells = cops.visible_cells(mask, pos)
+            vis = self._vis[key] = (np.repeat(w.streams, w.per).astype(np.int32), off, cells)
+        return w, vis
+
+    def fused_kv(self, il: int):
+        """Layer il's ub_layer_kv (ub_layer_forward's K/V and attention inputs); the struct of a (placement,
+        mask) is built once per ubatch, only the K/V pointers change per layer."""
+        w, vis = self._visible(il)
+        key = (id(w), id(vis))
+        ent = self._kv.get(key)
+        if ent is None:
+            st = w.store
+            c = ffi.new("ub_layer_kv *")
+            c.n_stream, c.kv_size = st.n_stream, st.kv_size
+            bufs = [w.dst, *vis]
+            ptrs = [ffi.from_buffer("int64_t[]", w.dst)] + [
+                ffi.from_buffer("int32_t[]", a) if a.size else ffi.new("int32_t[1]") for a in vis]
+            c.dst, c.row_stream, c.off, c.cells = ptrs
+            ent = self._kv[key] = (c, bufs, ptrs)
+        c = ent[0]
+        k, v = w.store.k[il], w.store.v[il]
+        c.k, c.v = w.store.ptr(il, "k"), w.store.ptr(il, "v")
+        c.k_type = lib.UB_DT_F16 if k.dtype == np.float16 else lib.UB_DT_F32
+        c.v_type = lib.UB_DT_F16 if v.dtype == np.float16 else lib.UB_DT_F32
+        return c
+
     def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
         """Attention of layer il over each row's visible cells in ascending position order (so the result
         does not depend on where the cells sit, on other sequences or on n_ubatch)."""
-        w, mask = self._where(il)
+        w, vis = self._visible(il)
         st = w.store
         n, n_head, hd = q.shape
         st.k[il][w.sidx, w.cells] = k.reshape(w.ns, w.per, *k.shape[1:])
         st.v[il][w.sidx, w.cells] = v.reshape(w.ns, w.per, *v.shape[1:])
-        key = (id(w), id(mask))
-        vis = self._vis.get(key)
-        if vis is None:
-            pos = np.ascontiguousarray(st.pos[w.streams.astype(np.intp)][:, :w.n_kv])
-            off, cells = cops.visible_cells(mask, pos)
-            vis = self._vis[key] = (np.repeat(w.streams, w.per).astype(np.int32), off, cells)
         o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
                                    scale=float(scale), n_threads=self.n_threads)
         return o.reshape(n, n_head * hd)

@@ -374,8 +374,9 @@ class Context:
             return
         logits = [r.logits for r in results if r.logits is not None]
         embd = [r.embd for r in results if r.embd is not None]
-        self._rows_logits = np.concatenate(logits) if logits else None
-        self._rows_embd = np.concatenate(embd) if embd else None
+        # one ubatch (every decode step): its fresh arrays are kept as they are, not copied
+        self._rows_logits = (logits[0] if len(logits) == 1 else np.concatenate(logits)) if logits else None
+        self._rows_embd = (embd[0] if len(embd) == 1 else np.concatenate(embd)) if embd else None
         for r in results:
             if r.embd_seq:
                 self._embd_seq.update(r.embd_seq)

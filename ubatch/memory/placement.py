@@ -34,6 +34,8 @@ class ComputeResult:
     logits:   float32[n_out_ub, n_vocab]: the ubatch's output rows, in ubatch row order (or None)
     embd:     float32[n_out_ub, n_embd] when embeddings and pooling == "none" (or None)
     embd_seq: pooled ("mean"/"cls"/"last"): seq id -> float32[n_embd] (or None)
+    The arrays are handed over: the Context keeps them as its output rows (not copied when the decode had
+    one ubatch), so a runner returns fresh arrays and does not touch them afterwards.
     """
 
     logits: Optional[np.ndarray]

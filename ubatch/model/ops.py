@@ -49,11 +49,17 @@ def _gelu_table() -> np.ndarray:
 _GELU = None
 
 
-def gelu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """GeGLU as ggml: gelu(g) through the f16 table (identity above 10, 0 below -10), times u."""
+def gelu_table() -> np.ndarray:
+    """float32[65536]: the GELU of every f16 bit pattern (built once)."""
     global _GELU
     if _GELU is None:
         _GELU = _gelu_table()
+    return _GELU
+
+
+def gelu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """GeGLU as ggml: gelu(g) through the f16 table (identity above 10, 0 below -10), times u."""
+    gelu_table()
     idx = g.astype(np.float16).view(np.uint16)
     h = _GELU[idx]
     h = np.where(g >= 10.0, g, np.where(g <= -10.0, np.float32(0.0), h))

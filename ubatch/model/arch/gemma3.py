@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import kernels
+from ubatch.compute import fused, kernels
 from ubatch.model import ops
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NEOX, HParams, read_hparams
@@ -105,6 +105,14 @@ def embed(model, tokens: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    if fused.enabled(model):
+        return fused.forward(model, step, x, keep)
+    return forward_reference(model, step, x, keep)
+
+
+def forward_reference(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The reference path, one kernel call per operation (the fused C layer is checked bitwise against it)."""
     hp: HParams = model.hparams
     n, nt, hd, eps = x.shape[0], step.n_threads, hp.head_dim, hp.rms_eps
     qs = np.float32(hp.q_scale)

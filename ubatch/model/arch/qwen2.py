@@ -19,6 +19,7 @@ def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
     return llama.load_decoder(src, hp, require_qkv_bias=True, ffn_bias=False)
 
 
-forward = llama.decoder_forward
+forward = llama.forward
+forward_reference = llama.decoder_forward
 embed = llama.embed
 logits = llama.logits
