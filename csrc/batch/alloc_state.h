@@ -24,6 +24,7 @@ typedef struct ub_norm {
     int32_t *seq_off, *seq_id;
     uint64_t *seq_set;
     int32_t n_groups;
+    int32_t groups_built;                    /* groups are built by the first split_equal / split_seq */
     int32_t *tok_group, *grp_off, *grp_tok, *grp_cur;
     uint64_t present[UB_SEQ_WORDS];          /* union of every row's set */
     int32_t seq_pmin[UB_MAX_SEQ], seq_pmax[UB_MAX_SEQ];   /* section-0 range per seq (-1: absent) */

@@ -96,6 +96,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
     nb->n_outputs = 0;
     nb->has_cpl = 0;
     nb->n_groups = 0;
+    nb->groups_built = 0;
     memset(nb->present, 0, sizeof(nb->present));
     memset(nb->seq_set, 0, sizeof(uint64_t) * UB_SEQ_WORDS * (size_t)n);
     nb->token = has_token ? nb->token_buf : NULL;
@@ -298,8 +299,7 @@ int ub_alloc_init(ub_alloc *a, const ub_batch_in *b, int32_t n_vocab, int32_t n_
         nb->has_cpl = cpl_any;
     }
 
-    /* S3: rows grouped by seq set */
-    ub_build_groups(nb);
+    /* S3: rows grouped by seq set: built lazily by the first split that needs them (split_simple never does) */
 
     /* C1: positions against the memory; continuity */
     for (int32_t s = 0; s < n_seq_max; s++) {

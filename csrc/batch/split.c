@@ -111,6 +111,16 @@ int ub_alloc_split_reset(ub_alloc *a) {
     return UB_OK;
 }
 
+/* The rows grouped by seq set (llama.cpp's seq_set_map), built on first use after an init: split_simple
+ * never needs them. No allocation (the buffers are reserved by init), so this cannot fail. Cursors start at
+ * 0, a valid lower bound of each group's first unused row whatever was split before. */
+static void ensure_groups(ub_norm *nb) {
+    if (nb->groups_built) return;
+    ub_build_groups(nb);
+    memset(nb->grp_cur, 0, sizeof(int32_t) * (size_t)(nb->n_groups > 0 ? nb->n_groups : 1));
+    nb->groups_built = 1;
+}
+
 /* split_simple (§4.2): the next n_ubatch unused rows in batch order; n_seqs = n_tokens. */
 ub_ubatch *ub_alloc_split_simple(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     ub_norm *nb = split_begin(a, n_ubatch, status);
@@ -141,6 +151,7 @@ ub_ubatch *ub_alloc_split_equal(ub_alloc *a, int32_t n_ubatch, int32_t sequentia
                                 int32_t strict, int32_t *status) {
     ub_norm *nb = split_begin(a, n_ubatch, status);
     if (!nb) return NULL;
+    ensure_groups(nb);
     if (n_keep_tail < 0 || n_keep_tail >= n_ubatch) {
         *status = ub_alloc_fail(a, UB_E_BATCH, "n_keep_tail = %d must be >= 0 and < n_ubatch = %d", n_keep_tail, n_ubatch);
         return NULL;
@@ -257,6 +268,7 @@ static int set_is_single(const uint64_t *s) {
 ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     ub_norm *nb = split_begin(a, n_ubatch, status);
     if (!nb) return NULL;
+    ensure_groups(nb);
     int32_t c = advance_first_unused(nb);
     if (c >= nb->n_tokens) return NULL;
     int32_t *idxs = nb->scratch, n = 0;

@@ -209,7 +209,8 @@ def combine_runs(sweeps: List[List[dict]], live: Optional[List[Dict[tuple, dict]
     """One row per plan: µs = median of the sweeps' medians (the reference is timed in the first sweep only);
     the ratios are recomputed from it and every sweep's median is kept in run_medians_us. With `live` (one
     llama_live.time_workloads result per sweep, timed right after it), llama.cpp's figure is the median of
-    its sweeps' medians on this machine, and the recorded one is kept as llama_cpp_recorded_us."""
+    its sweeps' medians on this machine, the recorded one is kept as llama_cpp_recorded_us, and each ratio is
+    the median over sweeps of (ubatch's median / llama.cpp's median timed right after it)."""
     rows = []
     for parts in zip(*sweeps):
         r = dict(parts[0])
@@ -220,6 +221,7 @@ def combine_runs(sweeps: List[List[dict]], live: Optional[List[Dict[tuple, dict]
         r["plain_bulk_us"] = round(statistics.median([p["plain_bulk_us"] for p in parts]), 2)
         r["llama_cpp_source"] = "recorded"
         r["llama_cpp_recorded_us"] = r.get("llama_cpp_us")
+        got: List[dict] = []
         if live:
             key = (r["workload"], r["strategy"], "mock")
             got = [lv[key] for lv in live if key in lv]
@@ -230,10 +232,15 @@ def combine_runs(sweeps: List[List[dict]], live: Optional[List[Dict[tuple, dict]
                     [lv[key[:2] + ("none",)]["median_us"] for lv in live if key[:2] + ("none",) in lv]), 2)
                 r["llama_cpp_n_ubatches"] = got[0]["n_ubatches"]
                 r["llama_cpp_source"] = "live"
-        if r.get("llama_cpp_us"):
-            r["ratio_to_llama_cpp"] = round(r["c_us"] / r["llama_cpp_us"], 3)
-            r["plain_ratio_to_llama_cpp"] = round(r["plain_memory_us"] / r["llama_cpp_us"], 3)
-            r["plain_bulk_ratio_to_llama_cpp"] = round(r["plain_bulk_us"] / r["llama_cpp_us"], 3)
+        paired = r["llama_cpp_source"] == "live" and len(got) == len(parts)
+        for col, ratio in (("c_us", "ratio_to_llama_cpp"), ("plain_memory_us", "plain_ratio_to_llama_cpp"),
+                           ("plain_bulk_us", "plain_bulk_ratio_to_llama_cpp")):
+            if paired:
+                # each sweep's ubatch median over the llama.cpp median timed right after it: the machine's
+                # drift between sweeps cancels; the ratio is the median of those paired ratios
+                r[ratio] = round(statistics.median([p[col] / g["median_us"] for p, g in zip(parts, got)]), 3)
+            elif r.get("llama_cpp_us"):
+                r[ratio] = round(r[col] / r["llama_cpp_us"], 3)
         if r.get("reference_us"):
             r["speedup_vs_reference"] = round(r["reference_us"] / r["c_us"], 1)
         rows.append(r)
@@ -309,7 +316,8 @@ def main_args(args, progress=None) -> int:
     rows = combine_runs(sweeps, live)
     print(table(rows))
     src = "live on this machine, after each sweep" if live_ok else "recorded (ubatch/bench/data)"
-    print(f"llama.cpp: {src}; µs = median of {runs} sweeps' medians")
+    print(f"llama.cpp: {src}; µs = median of {runs} sweeps' medians"
+          + ("; ratios = median of the sweeps' paired ratios" if live_ok else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"what": "µs per plan (init + split_reset + split loop) from Python; median", "reps": args.reps,
