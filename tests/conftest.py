@@ -8,6 +8,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["backends"]      # the `backend` fixture: a kernel test once per back-end this CPU has
+
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=150, **_COMMON)
 settings.register_profile("ci", max_examples=100, **_COMMON)

@@ -15,14 +15,6 @@ from ubatch.model import ops as mops
 from invariance_driver import others_for, run_target
 from matmul_ref import random_weight
 
-BACKENDS = ["generic"] + (["avx2"] if mm.set_backend("auto") == "avx2" else [])
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    assert mm.set_backend(request.param) == request.param
-    yield request.param
-    mm.set_backend("auto")
 
 
 @pytest.fixture

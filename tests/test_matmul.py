@@ -7,14 +7,7 @@ from gguf import GGMLQuantizationType as T
 from ubatch.compute import matmul as mm
 from matmul_ref import ACT, ALL_TYPES, BLOCK, act_bytes, deq, random_weight, reference
 
-BACKENDS = ["generic"] + (["avx2"] if mm.set_backend("auto") == "avx2" else [])
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    assert mm.set_backend(request.param) == request.param
-    yield request.param
-    mm.set_backend("auto")
+from backends import BACKENDS
 
 
 def _cols(t):

@@ -4,17 +4,8 @@ import numpy as np
 import pytest
 
 from ubatch.compute import kernels, ops
-from ubatch.compute import matmul as mm
 from ubatch.memory.placement import Placement
 
-BACKENDS = ["generic"] + (["avx2"] if mm.set_backend("auto") == "avx2" else [])
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    assert mm.set_backend(request.param) == request.param
-    yield request.param
-    mm.set_backend("auto")
 
 
 def test_rms_norm_reference_and_invariance():
