@@ -59,7 +59,8 @@ def _sources(version: str) -> str:
     with tarfile.open(tgz[0]) as tf:
         for m in tf.getmembers():
             parts = m.name.split("/", 1)
-            if len(parts) == 2 and parts[1].startswith(wanted) and (m.isfile() or m.isdir()):
+            if (len(parts) == 2 and parts[1].startswith(wanted) and (m.isfile() or m.isdir())
+                    and ".." not in parts[1].split("/")):
                 m.name = parts[1][len("vendor/llama.cpp/"):]
                 tf.extract(m, tmp)
     os.replace(tmp, tree)
