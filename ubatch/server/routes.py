@@ -59,30 +59,40 @@ async def completions(request: Request) -> Response:
     return JSONResponse(R.completion(rid, st.model_id, choices, gen.usage()))
 
 
-async def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation, rid: str) -> AsyncIterator[bytes]:
-    created = R.now()
-    offsets = {}
+async def _stream_choices(st: ServerState, req, gen: Generation, chunk, choice, head=()) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed completion or chat: `head` events first, then one chunk per engine step
+    with choice(c, text, ids, lps) for every choice that moved (or finished); an APIError mid-stream becomes
+    an error event; the usage chunk when asked for; [DONE]. chunk(choices, usage=None) builds a chunk."""
+    for ev in head:
+        yield sse.event(ev)
     try:
         async for step in gen.deltas():
-            out = []
-            for c, text, ids, lps in step:
-                if not text and not ids and c.finish_reason is None:
-                    continue
-                lp = None
-                if req.logprobs is not None:
-                    lp = R.completion_logprobs(lps, st.piece, offsets.get(c.index, 0))
-                    offsets[c.index] = offsets.get(c.index, 0) + sum(len(t) for t in lp["tokens"])
-                out.append(R.completion_choice(c.index, text, c.finish_reason, lp,
-                                               list(ids) if req.return_token_ids else None))
+            out = [choice(c, text, ids, lps) for c, text, ids, lps in step
+                   if text or ids or c.finish_reason is not None]
             if out:
-                yield sse.event(R.completion_chunk(rid, st.model_id, created, out))
+                yield sse.event(chunk(out))
     except APIError as e:
         yield sse.event(e.body())
     except ConnectionError:
         return
     if _include_usage(req):
-        yield sse.event(R.completion_chunk(rid, st.model_id, created, [], gen.usage()))
+        yield sse.event(chunk([], gen.usage()))
     yield sse.DONE
+
+
+def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation, rid: str) -> AsyncIterator[bytes]:
+    created = R.now()
+    offsets = {}
+
+    def choice(c, text, ids, lps):
+        lp = None
+        if req.logprobs is not None:
+            lp = R.completion_logprobs(lps, st.piece, offsets.get(c.index, 0))
+            offsets[c.index] = offsets.get(c.index, 0) + sum(len(t) for t in lp["tokens"])
+        return R.completion_choice(c.index, text, c.finish_reason, lp, list(ids) if req.return_token_ids else None)
+
+    return _stream_choices(st, req, gen, lambda out, usage=None: R.completion_chunk(rid, st.model_id, created, out,
+                                                                                      usage), choice)
 
 
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
@@ -116,32 +126,23 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(R.chat_completion(rid, st.model_id, choices, gen.usage()))
 
 
-async def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: str, n_top) -> AsyncIterator[bytes]:
+def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: str, n_top) -> AsyncIterator[bytes]:
     created = R.now()
-    yield sse.event(R.chat_chunk(rid, st.model_id, created,
-                                 [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                   "finish_reason": None} for i in range(req.n)]))
-    try:
-        async for step in gen.deltas():
-            out = []
-            for c, text, ids, lps in step:
-                if not text and not ids and c.finish_reason is None:
-                    continue
-                d = {"index": c.index, "delta": {"content": text} if text else {},
-                     "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None and lps else None,
-                     "finish_reason": c.finish_reason}
-                if req.return_token_ids:
-                    d["token_ids"] = list(ids)
-                out.append(d)
-            if out:
-                yield sse.event(R.chat_chunk(rid, st.model_id, created, out))
-    except APIError as e:
-        yield sse.event(e.body())
-    except ConnectionError:
-        return
-    if _include_usage(req):
-        yield sse.event(R.chat_chunk(rid, st.model_id, created, [], gen.usage()))
-    yield sse.DONE
+
+    def chunk(out, usage=None):
+        return R.chat_chunk(rid, st.model_id, created, out, usage)
+
+    def choice(c, text, ids, lps):
+        d = {"index": c.index, "delta": {"content": text} if text else {},
+             "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None and lps else None,
+             "finish_reason": c.finish_reason}
+        if req.return_token_ids:
+            d["token_ids"] = list(ids)
+        return d
+
+    head = [chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                    "finish_reason": None} for i in range(req.n)])]
+    return _stream_choices(st, req, gen, chunk, choice, head)
 
 
 # ---- /v1/embeddings ------------------------------------------------------------------------------------
