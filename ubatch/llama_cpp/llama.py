@@ -19,6 +19,7 @@ from ubatch.llama_cpp import _internals as internals
 from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
+from ubatch.llama_cpp.llama_cache import token_prefix
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
 
@@ -293,12 +294,7 @@ class Llama:
 
     @staticmethod
     def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
+        return token_prefix(a, b)
 
     # ------------------------------------------------------------------ tokens
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:

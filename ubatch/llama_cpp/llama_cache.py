@@ -6,7 +6,8 @@ from collections import OrderedDict
 from typing import Optional, Sequence, Tuple
 
 
-def _prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -52,7 +53,7 @@ class LlamaRAMCache(BaseLlamaCache):
     def _find_longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
         best, best_len = None, 0
         for k in self.cache_state:
-            n = _prefix(k, key)
+            n = token_prefix(k, key)
             if n > best_len:
                 best, best_len = k, n
         return best
