@@ -83,6 +83,8 @@ class PrefixCache:
         self.plans: Dict[object, tuple] = {}                      # lead seq -> its admission plan
         self.origin: Dict[object, int] = {}                       # seq -> the holder it consumed whole
         self._stamp = itertools.count(1)
+        self._version = 0                   # bumped by every change of the cached entries
+        self._count = ((-1, -1), 0)         # (version, decode calls) -> cells held only by the cache
         words = (self.kv.n_seq + 63) // 64
         run = np.zeros(max(words, 4), np.uint64)
         for s in range(self.n_seq_max):
@@ -96,10 +98,12 @@ class PrefixCache:
 
     # ------------------------------------------------------------------ bookkeeping
     def _register(self, key: int, tokens: np.ndarray, seq) -> None:
+        self._version += 1
         self.index.add(key, tokens)
         self.src[key] = _Src(key, tokens, seq, next(self._stamp))
 
     def _unregister(self, key: int) -> None:
+        self._version += 1
         self.index.remove(key)
         self.src.pop(key, None)
 
@@ -108,6 +112,7 @@ class PrefixCache:
 
     def _evict(self, key: int) -> None:
         """Drops a cached sequence: its cells (those no other sequence shares) are freed."""
+        self._version += 1
         self._unregister(key)
         self.kv.seq_rm(key)
         if self.unified:
@@ -125,8 +130,11 @@ class PrefixCache:
             return sum(len(s.tokens) for s in self._cached())
         if not self._cached():
             return 0
-        seq = self.base.cell_arrays(0)["seq"]
-        return int(np.count_nonzero(~(seq & self._run_mask).any(axis=1)))
+        stamp = (self._version, self.engine.statistics.decode_calls)
+        if self._count[0] != stamp:          # counted again only after a decode or a change of the cache
+            seq = self.base.cell_arrays(0)["seq"]
+            self._count = (stamp, int(np.count_nonzero(~(seq & self._run_mask).any(axis=1))))
+        return self._count[1]
 
     def stats(self) -> dict:
         q = max(self.tokens_queried, 1)
@@ -204,6 +212,7 @@ class PrefixCache:
     def _apply(self, s, key: int, L: int) -> bool:
         """Gives s (already holding its sequence id, no cells) the first L cells of key. False: nothing done."""
         kv, sid = self.kv, s.seq_id
+        self._version += 1
         try:
             if self.unified:
                 kv.seq_cp(key, sid, 0, L)
@@ -275,6 +284,7 @@ class PrefixCache:
     def release(self, s) -> None:
         """s leaves (finished, aborted or preempted): its cells become a cached entry, or are freed."""
         kv, sid = self.kv, s.seq_id
+        self._version += 1
         self.waits.pop(s, None)
         self.plans.pop(s, None)
         src = self.src.get(sid)
