@@ -50,14 +50,17 @@ def _is_one_token_prompt(p) -> bool:
 
 class LLM:
     """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
-    max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams)."""
+    max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams).
+    draft= enables exact speculative decoding ("prompt-lookup", a LlamaDraftModel-like callable, or a model /
+    GGUF path sharing the vocabulary; ubatch/engine/speculative.py), draft_max bounds the draft length;
+    speculative=False opts a call out. The output is the same token for token with or without a draft."""
 
     def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
-                 tokenizer=None) -> None:
+                 tokenizer=None, draft=None, draft_max: int = 16) -> None:
         self.engine = LLMEngine(load_model(model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                                 n_seq_max=n_seq_max, kv_unified=kv_unified, type_k=type_k, type_v=type_v,
-                                n_threads=n_threads, tokenizer=tokenizer)
+                                n_threads=n_threads, tokenizer=tokenizer, draft=draft, draft_max=draft_max)
 
     @property
     def model(self):
