@@ -212,7 +212,10 @@ class ModelDrafter:
 
 def _check_same_vocab(model, tokenizer, n_vocab: int) -> None:
     """Both tokenizers (when there are) give the same piece for a spread of token ids."""
-    other = getattr(model, "tokenizer", None) if hasattr(model, "tokenizer") else None
+    try:
+        other = getattr(model, "tokenizer", None)
+    except Exception:             # a GGUF without a vocabulary
+        other = None
     if tokenizer is None or other is None:
         return
     for t in np.linspace(0, n_vocab - 1, 64).astype(int).tolist():
