@@ -273,3 +273,20 @@ def test_sliding_room_never_lets_a_draft_overwrite_a_cell():
         assert all(after.get(c) == p for c, p, _ in before)                     # nothing overwritten
         n += k
     assert kv.swa.size < n + 1 <= kv.swa.size + 1
+
+
+# ------------------------------------------------------------------------------------------ server
+def test_serve_draft_option_gives_the_same_completions():
+    pytest.importorskip("fastapi", reason="the [server] extra (fastapi, uvicorn) is not installed")
+    from server_util import ServerProcess
+    ps = repetitive_prompts(3, seed=10)
+    want = [c.tokens for c in ubatch.LLM(MODEL, n_ctx=4096, n_seq_max=4).generate(ps, max_tokens=32,
+                                                                                  temperature=0.0)]
+    with ServerProcess("--parallel", "4", "--n-ctx", "4096", "--draft", "prompt-lookup", "--draft-max", "8") as s:
+        with s.client() as c:
+            for p, w in zip(ps, want):
+                r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": p, "max_tokens": 32,
+                                                    "temperature": 0, "return_token_ids": True})
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["token_ids"] == w
+        assert s.metrics()  # the server stayed up

@@ -34,12 +34,17 @@ def add_parser(sub) -> None:
     p.add_argument("--chat-format", default=None, metavar="NAME",
                    help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
                         "(llama-cpp-python's names; see the README's chat formats table)")
+    p.add_argument("--draft", default=None, metavar="prompt-lookup|MODEL",
+                   help="exact speculative decoding: 'prompt-lookup', or a draft model (name or GGUF path) sharing "
+                        "the vocabulary; the output is the same token for token")
+    p.add_argument("--draft-max", type=int, default=d.draft_max, help=f"longest draft (default {d.draft_max})")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
 
 def config_from(args) -> ServerConfig:
-    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit"):
+    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit",
+                 "draft_max"):
         if getattr(args, name) < 1:
             raise SystemExit(f"ubatch serve: --{name.replace('_', '-')} must be at least 1")
     return ServerConfig(model=args.model, model_id=args.model_id, host=args.host, port=args.port,
@@ -47,7 +52,8 @@ def config_from(args) -> ServerConfig:
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
-                        chat_template_file=args.chat_template, chat_format=args.chat_format)
+                        chat_template_file=args.chat_template, chat_format=args.chat_format,
+                        draft=args.draft, draft_max=args.draft_max)
 
 
 def run(args) -> int:
