@@ -209,7 +209,7 @@ def _llama_state(llm):
 def test_llama_draft_model_identical_and_kv_state(byte_vocab, draft):
     plain = L.Llama(TINY_LLAMA_PATH, n_ctx=512, verbose=False, logits_all=True)
     spec = L.Llama(TINY_LLAMA_PATH, n_ctx=512, verbose=False, draft_model=draft)
-    for i, p in enumerate(repetitive_prompts(4, seed=8)):
+    for i, p in enumerate(repetitive_prompts(2, seed=8)):
         for samp in (dict(temperature=0.0), dict(temperature=0.8, seed=5, repeat_penalty=1.1)):
             kw = dict(max_tokens=50, logprobs=2, stop=[bytes(p[2:4]).decode("latin-1")] if i == 1 else [], **samp)
             a, b = plain.create_completion(p, **kw), spec.create_completion(p, **kw)

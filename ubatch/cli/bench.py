@@ -6,6 +6,7 @@
                                                   matmul / real models / tokenizer vs llama.cpp
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
     ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
+    ubatch bench speculative [ARGS...]            speculative decoding beside llama-cpp-python (spec_bench.py)
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ KERNEL_BENCHES = {
                  "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
     "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
               "ubatch serve under C concurrent clients beside llama-cpp-python's server"),
+    "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",
+                    "exact speculative decoding (prompt lookup) on code-editing / prose prompts beside "
+                    "llama-cpp-python plain and with its LlamaPromptLookupDecoding"),
 }
 
 
