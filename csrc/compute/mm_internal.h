@@ -41,9 +41,10 @@ int64_t ub_mm_act_row_bytes(int32_t act, int64_t k);
 /* Quantisers (generic; the AVX2 ones produce the same bytes). */
 void ub_mm_quant_row_generic(int32_t act, const float *x, int64_t k, uint8_t *out);
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out);
-/* The AVX2 dot kernel of a weight type, or NULL when it has none (then the generic one is used). */
+/* The dot kernel of a weight type on a SIMD back-end, or NULL when that back-end has none of its own (the
+ * driver then takes the next simpler back-end's: avx512 -> avx2, avxvnni -> avx2, avx2 -> generic). */
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type);
-/* 1 when the CPU has AVX2, FMA and F16C (and the AVX2 kernels were compiled in). */
-int ub_mm_cpu_avx2(void);
+ub_mm_dot_fn ub_mm_dot_avxvnni(int32_t type);
+ub_mm_dot_fn ub_mm_dot_avx512(int32_t type);
 
 #endif
