@@ -65,6 +65,14 @@ int ub_mm_set_backend(int32_t b) {
     return g_backend;
 }
 
+/* The GEMM tile of weight type t on back-end be ({NULL} when it has none). */
+static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
+    if (be == UB_MM_AVX512) return ub_mm_gemm_avx512(t->type);
+    if (be == UB_MM_AVXVNNI) return ub_mm_gemm_avxvnni(t->type);
+    const ub_mm_gemm none = {0, 0, 0};
+    return none;
+}
+
 /* The dot kernel of weight type t on back-end be: the back-end's own, else the next simpler one's. */
 static ub_mm_dot_fn dot_for(int be, const ub_mm_type *t) {
     ub_mm_dot_fn f = 0;
@@ -109,6 +117,7 @@ typedef struct {
     int64_t n_rows, nb, row_bytes, ch, n_chunks, c_first; /* c_first: the job-wide index of its first chunk */
     int32_t slot;                                          /* index of its activation kind in the job */
     ub_mm_dot_fn dot;
+    ub_mm_gemm gemm; /* the back-end's GEMM tile for the type, or fn NULL */
 } mm_part;
 
 typedef struct {
@@ -151,11 +160,21 @@ static void mm_work(void *ctx, int w) {
         const mm_part *P = &J->part[p];
         const int64_t arb = J->arb[P->slot];
         const int64_t j0 = (c - P->c_first) * P->ch, j1 = j0 + P->ch < P->n_rows ? j0 + P->ch : P->n_rows;
-        for (int64_t i0 = 0; i0 < J->n; i0 += UB_MM_RT) {
-            const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
+        for (int64_t i0 = 0; i0 < J->n;) {
             const uint8_t *a = J->xq[P->slot] + i0 * arb;
             float *yy = P->y + i0 * P->n_rows;
+            if (P->gemm.fn && J->n - i0 >= P->gemm.gr) { /* GEMM tiles of gr rows x gc columns, the rest by dots */
+                const int gr = P->gemm.gr, gc = P->gemm.gc;
+                int64_t j = j0;
+                for (; j + gc <= j1; j += gc)
+                    P->gemm.fn(P->nb, P->w + j * P->row_bytes, P->row_bytes, a, arb, yy + j, P->n_rows);
+                for (; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, gr, yy + j, P->n_rows);
+                i0 += gr;
+                continue;
+            }
+            const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
             for (int64_t j = j0; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, nr, yy + j, P->n_rows);
+            i0 += nr;
         }
     }
 }
@@ -197,9 +216,12 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
         mm_part *P = &J.part[p];
         const ub_mm_type *t = ub_mm_find(types[p]);
         P->dot = dot_for(be, t);
+        P->gemm = gemm_for(be, t);
+        if (P->gemm.fn && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fn = 0; /* edges by dots of <= RT rows */
         int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
+        if (P->gemm.fn) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles of columns */
         if (ch < 1) ch = 1;
         P->ch = ch;
         P->n_chunks = (P->n_rows + ch - 1) / ch;

@@ -14,4 +14,9 @@ ub_mm_dot_fn ub_mm_dot_avx512(int32_t type) {
     (void)type;
     return 0;
 }
+ub_mm_gemm ub_mm_gemm_avx512(int32_t type) {
+    (void)type;
+    ub_mm_gemm g = {0, 0, 0};
+    return g;
+}
 #endif

@@ -157,3 +157,113 @@ ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
     }
     return 0; /* the k-quants and float types: the AVX2 kernels (vpdpbusd would not save an operation) */
 }
+
+/* ---- GEMM tiles (kinds 0..2: Q4_0, Q5_0, Q8_0): VN_GC weight rows x VN_GR activation rows per call ----
+ * AVX-512 only (32 registers: a 4 x 4 tile of zmm accumulators; on AVX-VNNI's 16 ymm registers every tile
+ * larger than the dot kernels' 1 x 6 spilled and measured slower on Zen 4, so that back-end has none).
+ * A "pair" holds blocks ib (even) and ib + 1 (odd) of one row in one zmm (the even block in the low 256
+ * bits): its halves are exactly the dot kernel's acc0 / acc1 chains.
+ * Integer lanes by the offset trick: u = w + off is unsigned (Q4_0 nib, Q5_0 nib5, Q8_0 w ^ 0x80), and
+ * vpdpbusd(-off * lanesum(x), u, x) = sum of w * x per lane, exactly the dot kernel's lanes; -off * lanesum(x)
+ * is computed once per activation row and shared by the tile's columns. The scale is the same f32 product
+ * dw * dx, then one FMA per block as in the dot kernel. */
+#if VN_AVX512
+#define VN_GC 4
+#define VN_GR 4
+typedef __m512 vp_f;
+typedef __m512i vp_i;
+VN_INL vp_i vp_join(__m256i e, __m256i o) { return _mm512_inserti64x4(_mm512_castsi256_si512(e), o, 1); }
+VN_INL vp_f vp_set2(float e, float o) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(e))),
+                                               _mm256_castps_pd(_mm256_set1_ps(o)), 1));
+}
+VN_INL vp_f vp_zero(void) { return _mm512_setzero_ps(); }
+VN_INL vp_i vp_corr(vp_i x, const int off) { /* -off * (sum of each lane's 4 bytes of x) */
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), x));
+}
+VN_INL vp_f vp_step(vp_f acc, vp_f dw, vp_f dx, vp_i corr, vp_i u, vp_i x) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, x)), acc);
+}
+VN_INL vp_f vp_step_even(vp_f acc, vp_f dw, vp_f dx, vp_i corr, vp_i u, vp_i x) { /* the odd half unchanged */
+    return _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, x)), acc, 0x00FF);
+}
+VN_INL float vp_final(vp_f acc) {
+    return vn_hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
+}
+
+/* The unsigned weight bytes u = w + off of block b (kind 0: off 8, 1: 16, 2: 128). */
+VN_INL __m256i vn_uweights(const uint8_t *b, const int kind) {
+    if (kind == 0) return vn_nib(b + 2);
+    if (kind == 2) return _mm256_xor_si256(vn_ld(b + 2), _mm256_set1_epi8((char)0x80));
+    const uint32_t h = vn_rd32(b + 2);
+    const __m256i n = vn_nib(b + 6);
+    return _mm256_mask_add_epi8(n, _cvtu32_mask32(h), n, _mm256_set1_epi8(0x10));
+}
+
+VN_INL void vn_gemm_body(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,
+                         int64_t ys, const int kind) {
+    const int bytes = vn_bytes[kind], off = kind == 0 ? 8 : kind == 1 ? 16 : 128;
+    vp_f acc[VN_GC][VN_GR];
+    VN_UNR for (int c = 0; c < VN_GC; c++) VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_zero();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        vp_i x[VN_GR], corr[VN_GR];
+        vp_f dx[VN_GR];
+        VN_UNR for (int r = 0; r < VN_GR; r++) {
+            const ub_act_q8_0 *xb = (const ub_act_q8_0 *)(a + r * as) + ib;
+            x[r] = vp_join(vn_ld(xb[0].qs), vn_ld(xb[1].qs));
+            corr[r] = vp_corr(x[r], off);
+            dx[r] = vp_set2(xb[0].d, xb[1].d);
+        }
+        VN_UNR for (int c = 0; c < VN_GC; c++) {
+            const uint8_t *b = w + c * ws + ib * bytes;
+            const vp_i u = vp_join(vn_uweights(b, kind), vn_uweights(b + bytes, kind));
+            const vp_f dw = vp_set2(vn_h2f(b), vn_h2f(b + bytes));
+            VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step(acc[c][r], dw, dx[r], corr[r], u, x[r]);
+        }
+    }
+    if (ib < nb) { /* the last, even block: the even half only */
+        vp_i x[VN_GR], corr[VN_GR];
+        vp_f dx[VN_GR];
+        VN_UNR for (int r = 0; r < VN_GR; r++) {
+            const ub_act_q8_0 *xb = (const ub_act_q8_0 *)(a + r * as) + ib;
+            x[r] = vp_join(vn_ld(xb[0].qs), _mm256_setzero_si256());
+            corr[r] = vp_corr(x[r], off);
+            dx[r] = vp_set2(xb[0].d, 0.0f);
+        }
+        VN_UNR for (int c = 0; c < VN_GC; c++) {
+            const uint8_t *b = w + c * ws + ib * bytes;
+            const vp_i u = vp_join(vn_uweights(b, kind), _mm256_setzero_si256());
+            const vp_f dw = vp_set2(vn_h2f(b), 0.0f);
+            VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step_even(acc[c][r], dw, dx[r], corr[r], u, x[r]);
+        }
+    }
+    VN_UNR for (int c = 0; c < VN_GC; c++) VN_UNR for (int r = 0; r < VN_GR; r++) y[r * ys + c] = vp_final(acc[c][r]);
+}
+
+VN void vn_gemm_q4_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 0);
+}
+VN void vn_gemm_q5_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 1);
+}
+VN void vn_gemm_q8_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 2);
+}
+
+#endif
+
+ub_mm_gemm VN_SUFFIX(ub_mm_gemm)(int32_t type) {
+    ub_mm_gemm g = {0, 0, 0};
+#if VN_AVX512
+    g.gc = VN_GC;
+    g.gr = VN_GR;
+    if (type == UB_T_Q4_0) g.fn = vn_gemm_q4_0;
+    else if (type == UB_T_Q5_0) g.fn = vn_gemm_q5_0;
+    else if (type == UB_T_Q8_0) g.fn = vn_gemm_q8_0;
+    else g.gc = g.gr = 0;
+#else
+    (void)type; /* 16 ymm registers hold no tile larger than the dot kernels' 1 x 6 (measured slower on Zen 4) */
+#endif
+    return g;
+}
