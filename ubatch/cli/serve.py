@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
                    help="seconds in-flight requests may finish after SIGTERM")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="Jinja chat template to use instead of the model's (gemma GGUFs without one get Gemma's)")
+    p.add_argument("--chat-format", default=None, metavar="NAME",
+                   help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
+                        "(llama-cpp-python's names; see the README's chat formats table)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -44,7 +47,7 @@ def config_from(args) -> ServerConfig:
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
-                        chat_template_file=args.chat_template)
+                        chat_template_file=args.chat_template, chat_format=args.chat_format)
 
 
 def run(args) -> int:

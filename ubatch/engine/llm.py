@@ -150,15 +150,26 @@ class LLM:
             if not done:
                 self.engine.abort_request(rid)
 
-    def chat(self, messages: List[dict], **sampling) -> Completion:
-        """One completion of the conversation rendered with the model's chat template."""
-        tok = self.tokenizer
-        if tok is None:
+    def chat_format(self, chat_format: Optional[str] = None, template: Optional[str] = None):
+        """The chat format chat() renders with (ubatch.chat.resolve: a named format or Jinja template, else the
+        GGUF's template or the format guessed from it, else the architecture's, else "llama-2")."""
+        from ubatch.chat.resolve import resolve_for
+        if self.tokenizer is None:
             raise ValueError("chat needs a tokenizer (this model has none)")
+        return resolve_for(self.tokenizer, getattr(self.model, "arch", None), chat_format=chat_format,
+                           template=template)
+
+    def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
+             **sampling) -> Completion:
+        """One completion of the conversation rendered in the model's chat format (chat_format / template
+        choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
+        `stop` strings as in generate."""
+        tok = self.tokenizer
+        fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        text = tok.apply_chat_template(messages, add_generation_prompt=True)
-        return self.generate([text], **sampling)[0]
+        from ubatch.chat.resolve import prompt_ids
+        return self.generate([prompt_ids(tok, fmt(messages))], **sampling)[0]
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

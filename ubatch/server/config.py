@@ -27,6 +27,7 @@ class ServerConfig:
     grace_seconds: float = 10.0            # SIGTERM: how long in-flight requests may finish
     retry_after_seconds: int = 1           # Retry-After of a 429
     chat_template_file: Optional[str] = None   # Jinja chat template replacing the model's (or the fallback)
+    chat_format: Optional[str] = None          # a named chat format (ubatch.chat.formats) instead of the model's
 
     @property
     def served_id(self) -> str:
