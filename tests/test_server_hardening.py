@@ -74,7 +74,7 @@ BAD = [  # (path, raw body or json, status, param, words in the message)
     (CH, _chat(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), 422, "messages.0.content.0",
      "text"),
     (CH, _chat(top_logprobs=2), 400, "top_logprobs", "logprobs: true"),
-    (CH, _chat(tools=[{"type": "function"}]), 400, "tools", "not supported"),
+    (CH, _chat(tools=[{"type": "function"}]), 400, "tools.0.function", "expected an object"),
     (CH, _chat(messages=[{"role": "user", "content": "x" * 1100}]), 400, "messages", "cells"),
     (C, _cmpl(prompt=[[1, 2], list(range(256)) * 5]), 400, "prompt.1", "cells"),
     (E, {"model": MODEL}, 422, "input", "Field required"),
