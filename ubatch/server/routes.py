@@ -217,6 +217,14 @@ async def metrics(request: Request) -> Response:
         "ubatch_kv_cells_used": ("KV-cache cells holding a token", p.get("kv_cells_used", 0)),
         "ubatch_requests_in_flight": ("requests submitted and not finished", p.get("inflight", 0)),
         "ubatch_engine_requests": ("requests the engine thread tracks", p.get("live", 0)),
+        "ubatch_prefix_cache_hit_rate": ("prompt tokens taken from the prefix cache / prompt tokens looked up",
+                                         p.get("prefix_cache_hit_rate", 0.0)),
+        "ubatch_prefix_cache_cells": ("KV cells held only by the prefix cache", p.get("prefix_cache_cells", 0)),
+        "ubatch_prefix_cache_entries": ("cached sequences in the prefix cache", p.get("prefix_cache_entries", 0)),
+        "ubatch_prefix_cache_tokens_saved": ("prompt tokens not computed thanks to the prefix cache",
+                                             p.get("prefix_cache_tokens_saved", 0)),
+        "ubatch_prefix_cache_hits": ("requests that reused a cached prefix", p.get("prefix_cache_hits", 0)),
+        "ubatch_prefix_cache_queries": ("requests looked up in the prefix cache", p.get("prefix_cache_queries", 0)),
     }
     return PlainTextResponse(st.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
 
