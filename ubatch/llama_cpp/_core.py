@@ -540,7 +540,8 @@ def llama_memory_can_shift(mem):
     return _mem(mem, "llama_memory_can_shift") is not None
 
 
-# ------------------------------------------------------------------ state (not serialisable yet)
+# ------------------------------------------------------------------ per-sequence state (not yet; the whole
+# context's state is in _state_api)
 def _state_missing(name: str):
     def fn(*args):
         raise NotImplementedError(f"{name}: serialising a context's state to bytes/files is not implemented in "
@@ -549,8 +550,7 @@ def _state_missing(name: str):
     return fn
 
 
-for _n in ("llama_state_get_size", "llama_state_get_data", "llama_state_set_data", "llama_state_load_file",
-           "llama_state_save_file", "llama_state_seq_get_size", "llama_state_seq_get_data",
+for _n in ("llama_state_seq_get_size", "llama_state_seq_get_data",
            "llama_state_seq_set_data", "llama_state_seq_save_file", "llama_state_seq_load_file",
            "llama_state_seq_get_size_ext", "llama_state_seq_get_data_ext", "llama_state_seq_set_data_ext"):
     globals()[_n] = _state_missing(_n)

@@ -24,8 +24,6 @@ _FEATURES = {
         "llama_batch_ext_set_output_logits", "llama_batch_ext_set_output_embd", "llama_batch_ext_set_embd_token",
         "llama_batch_ext_set_embd_state", "llama_process"),
     "training (llama_opt_*)": ("llama_opt_init", "llama_opt_epoch", "llama_opt_param_filter_all"),
-    "session files": ("llama_load_session_file", "llama_save_session_file", "llama_copy_state_data",
-                      "llama_set_state_data", "llama_get_state_size"),
     "models from memory / file pointers / user tensors": ("llama_model_load_from_file_ptr",
                                                           "llama_model_init_from_user"),
     "backend samplers": ("llama_set_sampler",),

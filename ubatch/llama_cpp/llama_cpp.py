@@ -18,6 +18,7 @@ from ubatch.llama_cpp._batch import *  # noqa: F401,F403
 from ubatch.llama_cpp._sampling import *  # noqa: F401,F403
 from ubatch.llama_cpp._deprecated import *  # noqa: F401,F403
 from ubatch.llama_cpp._missing import *  # noqa: F401,F403
+from ubatch.llama_cpp._state_api import *  # noqa: F401,F403
 from ubatch.llama_cpp._core import llama_backend_init  # noqa: F401  (accepts the old numa argument)
 
 _lib_base_name = "ubatch._native"
