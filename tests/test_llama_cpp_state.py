@@ -21,15 +21,16 @@ from test_llama_cpp_llama import ByteVocab
 class Ctx:
     """A low-level context on the tiny model, decoding one sequence."""
 
-    def __init__(self, n_ctx: int = 256):
-        self.model = L.llama_model_load_from_file(TINY_LLAMA_PATH.encode(), L.llama_model_default_params())
+    def __init__(self, n_ctx: int = 256, n_seq_max: int = 1, kv_unified: bool = True, path: str = TINY_LLAMA_PATH):
+        self.model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
         cp = L.llama_context_default_params()
-        cp.n_ctx, cp.n_batch = n_ctx, 64
+        cp.n_ctx, cp.n_batch, cp.n_seq_max, cp.kv_unified = n_ctx, 64, n_seq_max, kv_unified
         self.ctx = L.llama_init_from_model(self.model, cp)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
 
     def decode(self, toks, p0, seq=0):
         b = L.llama_batch_init(len(toks), 0, 1)
+        assert self.ctx is not None
         for i, t in enumerate(toks):
             b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, p0 + i, 1, i == len(toks) - 1
             b.seq_id[i][0] = seq
@@ -232,3 +233,80 @@ def test_real_model_sliding_window_round_trip():
     c2 = run(other)
     assert a[0] == b[0] == c2[0]
     assert np.array_equal(a[1], b[1]) and np.array_equal(a[1], c2[1])
+
+
+def _seq_blob(c, s):
+    n = L.llama_state_seq_get_size(c.ctx, s)
+    buf = (ctypes.c_uint8 * n)()
+    assert n > 0 and L.llama_state_seq_get_data(c.ctx, buf, n, s) == n
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("unified", [True, False])
+def test_seq_state_moves_a_sequence_bitwise(unified):
+    """A sequence saved from one context and put into another sequence (of this or another context, unified
+    KV or one stream per sequence) continues exactly as the original: positions with a hole included."""
+    c = Ctx(n_ctx=512, n_seq_max=4, kv_unified=unified)
+    d = Ctx(n_ctx=512, n_seq_max=4, kv_unified=unified)
+    try:
+        c.decode([5, 6, 7], 0, seq=1)                        # another sequence around
+        c.decode([1, 2, 3, 4, 5, 6, 7, 8], 0, seq=0)
+        L.llama_memory_seq_rm(L.llama_get_memory(c.ctx), 0, 2, 4)   # a hole at positions 2, 3
+        blob = _seq_blob(c, 0)
+        expect = c.decode([9], 8, seq=0)
+        for ctx, dest in ((c, 2), (d, 0), (d, 3)):
+            assert L.llama_state_seq_set_data(ctx.ctx, blob, len(blob), dest) == len(blob)
+            mem = L.llama_get_memory(ctx.ctx)
+            assert (L.llama_memory_seq_pos_min(mem, dest), L.llama_memory_seq_pos_max(mem, dest)) == (0, 7)
+            assert np.array_equal(ctx.decode([9], 8, seq=dest), expect)
+        # the other sequence was not touched
+        assert L.llama_memory_seq_pos_max(L.llama_get_memory(c.ctx), 1) == 2
+        # refused: bad dest, truncated, wrong context; the destination unchanged
+        before = c.state()
+        for bad, dest in ((blob, 9), (blob[:-3], 2), (blob + b"x", 2), (b"UBSQ" + blob[4:20], 2)):
+            assert L.llama_state_seq_set_data(c.ctx, bad, len(bad), dest) == 0
+            assert c.state() == before
+        assert L.llama_state_seq_get_size_ext(c.ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == 0
+        assert L.llama_state_seq_get_size_ext(c.ctx, 0, L.LLAMA_STATE_SEQ_FLAGS_ON_DEVICE) == \
+            L.llama_state_seq_get_size(c.ctx, 0) > len(blob)
+    finally:
+        c.close()
+        d.close()
+
+
+def test_seq_state_files(tmp_path):
+    c = Ctx(n_ctx=512, n_seq_max=2)
+    try:
+        toks = [3, 1, 4, 1, 5]
+        c.decode(toks, 0, seq=0)
+        expect = c.decode([9], 5, seq=0)
+        L.llama_memory_seq_rm(L.llama_get_memory(c.ctx), 0, 5, -1)
+        path = str(tmp_path / "seq.bin").encode()
+        n = L.llama_state_seq_save_file(c.ctx, path, 0, (L.llama_token * 5)(*toks), 5)
+        assert n > 0 and (tmp_path / "seq.bin").stat().st_size == n
+        out, n_out = (L.llama_token * 8)(), ctypes.c_size_t()
+        assert L.llama_state_seq_load_file(c.ctx, path, 1, out, 2, ctypes.byref(n_out)) == 0     # capacity
+        assert L.llama_state_seq_load_file(c.ctx, path, 1, out, 8, ctypes.byref(n_out)) == n
+        assert n_out.value == 5 and list(out)[:5] == toks
+        assert np.array_equal(c.decode([9], 5, seq=1), expect)
+    finally:
+        c.close()
+
+
+@pytest.mark.realmodel
+def test_seq_state_sliding_window_model():
+    """Gemma 3 (full + sliding-window caches): a sequence moved into another context continues bitwise."""
+    from ubatch.model import fetch
+    path = str(fetch.path("gemma3-270m"))
+    c = Ctx(n_ctx=512, n_seq_max=2, path=path)
+    d = Ctx(n_ctx=512, n_seq_max=2, path=path)
+    try:
+        prompt = list(range(1000, 1040))
+        c.decode(prompt, 0, seq=0)
+        blob = _seq_blob(c, 0)
+        expect = c.decode([2000, 2001], 40, seq=0)
+        assert L.llama_state_seq_set_data(d.ctx, blob, len(blob), 1) == len(blob)
+        assert np.array_equal(d.decode([2000, 2001], 40, seq=1), expect)
+    finally:
+        c.close()
+        d.close()

@@ -16,9 +16,10 @@ from ubatch.llama_cpp import _log, _state
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._core import _obj
 
-_vp, _sz, _i32, _b, _cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_bool, ctypes.c_char_p
+_vp, _sz, _i32, _u32, _b, _cp = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32, ctypes.c_uint32, ctypes.c_bool,
+                                 ctypes.c_char_p)
 _u8p, _tokp, _szp = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_size_t)
-SESSION_MAGIC, SESSION_VERSION = b"UBSN", 1
+SESSION_MAGIC, SEQ_FILE_MAGIC, SESSION_VERSION = b"UBSN", b"UBSS", 1
 
 
 # ------------------------------------------------------------------ argument helpers (ctypes-permissive)
@@ -146,11 +147,12 @@ def llama_state_save_file(ctx, path_session, tokens, n_token_count):
         return False
 
 
-def read_session(path: str):
-    """(tokens int32[n], state bytes) of a session file; raises ValueError / OSError."""
+def read_session(path: str, magic: bytes = SESSION_MAGIC):
+    """(tokens int32[n], state bytes) of a session file (or, magic SEQ_FILE_MAGIC, a sequence state file);
+    raises ValueError / OSError."""
     with open(path, "rb") as f:
         blob = f.read()
-    if len(blob) < 12 or blob[:4] != SESSION_MAGIC:
+    if len(blob) < 12 or blob[:4] != magic:
         raise ValueError(f"{path}: not a ubatch session file")
     version, n = struct.unpack_from("<II", blob, 4)
     if version != SESSION_VERSION:
@@ -178,6 +180,127 @@ def llama_state_load_file(ctx, path_session, tokens_out, n_token_capacity, n_tok
     except (OSError, ValueError, TypeError) as e:
         _log.error(f"llama_state_load_file: failed to load session file: {e}")
         return False
+
+
+# ------------------------------------------------------------------ one sequence
+def _seq_flags_ok(flags: int, fn: str) -> bool:
+    if flags & 1:
+        _log.error(f"{fn}: LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the sliding-window / recurrent part alone) is not "
+                   f"supported by ubatch.llama_cpp")
+        return False
+    return True                            # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: the data is in host memory anyway
+
+
+def _seq_get(ctx, seq_id, fn):
+    c = _obj(ctx, "context", fn)
+    if c is None:
+        return None
+    try:
+        return _state.seq_get_state(c, seq_id)
+    except _state.StateError as e:
+        _log.error(f"{fn}: {e}")
+        return None
+
+
+def _seq_set(ctx, data, dest_seq_id, fn) -> int:
+    from ubatch.common.errors import KVCacheFullError
+    c = _obj(ctx, "context", fn)
+    if c is None:
+        return 0
+    try:
+        return _state.seq_set_state(c, data, dest_seq_id)
+    except (_state.StateError, KVCacheFullError, MemoryError, ValueError) as e:
+        _log.error(f"{fn}: error loading sequence state: {e}")
+        return 0
+
+
+@cfunc([_vp, _i32, _u32], _sz)
+def llama_state_seq_get_size_ext(ctx, seq_id, flags):
+    if not _seq_flags_ok(flags, "llama_state_seq_get_size"):
+        return 0
+    data = _seq_get(ctx, seq_id, "llama_state_seq_get_size")
+    return 0 if data is None else len(data)
+
+
+@cfunc([_vp, _u8p, _sz, _i32, _u32], _sz)
+def llama_state_seq_get_data_ext(ctx, dst, size, seq_id, flags):
+    if not _seq_flags_ok(flags, "llama_state_seq_get_data"):
+        return 0
+    data = _seq_get(ctx, seq_id, "llama_state_seq_get_data")
+    if data is None:
+        return 0
+    if len(data) > size or dst is None:
+        _log.error(f"llama_state_seq_get_data: error: the sequence state needs {len(data)} bytes, the buffer "
+                   f"holds {size}")
+        return 0
+    _write_bytes(dst, data)
+    return len(data)
+
+
+@cfunc([_vp, _u8p, _sz, _i32, _u32], _sz)
+def llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, flags):
+    if not _seq_flags_ok(flags, "llama_state_seq_set_data"):
+        return 0
+    try:
+        data = _read_bytes(src, size)
+    except (ValueError, TypeError) as e:
+        _log.error(f"llama_state_seq_set_data: {e}")
+        return 0
+    return _seq_set(ctx, data, dest_seq_id, "llama_state_seq_set_data")
+
+
+@cfunc([_vp, _i32], _sz)
+def llama_state_seq_get_size(ctx, seq_id):
+    return llama_state_seq_get_size_ext(ctx, seq_id, 0)
+
+
+@cfunc([_vp, _u8p, _sz, _i32], _sz)
+def llama_state_seq_get_data(ctx, dst, size, seq_id):
+    return llama_state_seq_get_data_ext(ctx, dst, size, seq_id, 0)
+
+
+@cfunc([_vp, _u8p, _sz, _i32], _sz)
+def llama_state_seq_set_data(ctx, src, size, dest_seq_id):
+    return llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, 0)
+
+
+@cfunc([_vp, _cp, _i32, _tokp, _sz], _sz)
+def llama_state_seq_save_file(ctx, filepath, seq_id, tokens, n_token_count):
+    data = _seq_get(ctx, seq_id, "llama_state_seq_save_file")
+    if data is None:
+        return 0
+    try:
+        toks = _tokens_in(tokens, n_token_count)
+        blob = SEQ_FILE_MAGIC + struct.pack("<II", SESSION_VERSION, toks.size) + toks.tobytes() + data
+        with open(_path(filepath), "wb") as f:
+            f.write(blob)
+        return len(blob)
+    except (OSError, ValueError, TypeError) as e:
+        _log.error(f"llama_state_seq_save_file: {e}")
+        return 0
+
+
+@cfunc([_vp, _cp, _i32, _tokp, _sz, _szp], _sz)
+def llama_state_seq_load_file(ctx, filepath, dest_seq_id, tokens_out, n_token_capacity, n_token_count_out):
+    try:
+        toks, data = read_session(_path(filepath), SEQ_FILE_MAGIC)
+    except (OSError, ValueError, TypeError) as e:
+        _log.error(f"llama_state_seq_load_file: {e}")
+        return 0
+    if toks.size > n_token_capacity:
+        _log.error(f"llama_state_seq_load_file: token count in sequence state file exceeded capacity! "
+                   f"{toks.size} > {n_token_capacity}")
+        return 0
+    n = _seq_set(ctx, data, dest_seq_id, "llama_state_seq_load_file")
+    if n == 0:
+        return 0
+    try:
+        _tokens_out(tokens_out, toks)
+        _set_out(n_token_count_out, int(toks.size))
+    except (TypeError, ValueError) as e:
+        _log.error(f"llama_state_seq_load_file: {e}")
+        return 0
+    return 12 + 4 * toks.size + n
 
 
 # ------------------------------------------------------------------ deprecated names (removed by llama.cpp)
