@@ -27,6 +27,7 @@ _FEATURES = {
     "models from memory / file pointers / user tensors": ("llama_model_load_from_file_ptr",
                                                           "llama_model_init_from_user"),
     "backend samplers": ("llama_set_sampler",),
+    "suppress-token lists (Whisper-style vocabularies)": ("llama_vocab_get_suppress_tokens",),
     "copying sampler state": ("llama_sampler_copy",),
 }
 
@@ -35,6 +36,7 @@ def _make(name: str, feature: str):
     def fn(*args, **kwargs):
         raise NotImplementedError(f"{name}: {feature} is not implemented in ubatch.llama_cpp")
     fn.__name__ = fn.__qualname__ = name
+    fn.ubatch_unsupported = feature          # read by tests/test_llama_cpp_names.py
     return fn
 
 

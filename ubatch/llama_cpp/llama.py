@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -21,8 +21,18 @@ from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
 from ubatch.llama_cpp.llama_cache import token_prefix
+from ubatch.llama_cpp.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache  # noqa: F401
+from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (llama_cpp.llama re-exports the types, as 0.3.36)
+from ubatch.llama_cpp._logger import set_verbose  # noqa: F401
+from ubatch.llama_cpp._utils import suppress_stdout_stderr  # noqa: F401
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
+
+
+LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A logits processor: (input_ids intc[n], scores single[n_vocab]) -> scores (0.3.36's type alias)."""
+StoppingCriteria = Callable[[np.ndarray, np.ndarray], bool]
+"""A stopping criterion: (input_ids intc[n], logits single[n_vocab]) -> stop? (0.3.36's type alias)."""
 
 
 class LogitsProcessorList(list):
@@ -642,5 +652,6 @@ class Llama:
                                   "pass a local directory and a file name (glob) instead")
 
 
-__all__ = ["Llama", "LlamaState", "LogitsProcessorList", "StoppingCriteriaList", "MinTokensLogitsProcessor",
+__all__ = ["Llama", "LlamaState", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
+           "StoppingCriteriaList", "MinTokensLogitsProcessor",
            "LlamaGrammar", "LlamaTokenizer", "BaseLlamaTokenizer", "LLAMA_DEFAULT_SEED"]
