@@ -21,6 +21,10 @@ def add_parser(sub) -> None:
     p.add_argument("--n-batch", type=int, default=d.n_batch)
     p.add_argument("--n-ubatch", type=int, default=d.n_ubatch)
     p.add_argument("--threads", type=int, default=None, help="compute threads (default: all cores)")
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="turn automatic prefix caching off (every prompt computed from scratch)")
+    p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
+                   help="at most N KV cells held by the prefix cache (default: the KV cache, evicted on demand)")
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' (default: $UBATCH_API_KEY when set)")
     p.add_argument("--max-queue", type=int, default=d.max_queue,
@@ -31,6 +35,9 @@ def add_parser(sub) -> None:
                    help="seconds in-flight requests may finish after SIGTERM")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="Jinja chat template to use instead of the model's (gemma GGUFs without one get Gemma's)")
+    p.add_argument("--chat-format", default=None, metavar="NAME",
+                   help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
+                        "(llama-cpp-python's names; see the README's chat formats table)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -44,7 +51,8 @@ def config_from(args) -> ServerConfig:
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
-                        chat_template_file=args.chat_template)
+                        chat_template_file=args.chat_template, chat_format=args.chat_format,
+                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells)
 
 
 def run(args) -> int:

@@ -104,18 +104,35 @@ def _content_text(content: Any, where: str) -> str:
                    param=where)
 
 
-def chat_tokens(tokenizer, messages, template: Optional[str] = None) -> List[int]:
-    """Messages -> the chat template (with the generation prompt) -> token ids. `template` (a Jinja string)
-    replaces the model's own; without either the tokenizer decides (the tiny model's byte tokenizer renders a
-    plain transcript, a real vocabulary without a template refuses: 400)."""
+def chat_messages(messages) -> List[dict]:
+    """The request's messages as the chat formats take them: role, content as text, and the tool fields
+    (name, tool_calls, tool_call_id) when given."""
+    out = []
+    for i, m in enumerate(messages):
+        d = {"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
+        for k in ("name", "tool_calls", "tool_call_id"):
+            v = getattr(m, k, None)
+            if v is not None:
+                d[k] = v
+        out.append(d)
+    return out
+
+
+def chat_tokens(tokenizer, messages, chat_format, plan=None) -> List[int]:
+    """Messages -> the server's chat format (ubatch.chat.resolve, chosen at start-up) -> token ids; with a
+    ToolPlan (ubatch.server.tools) the tools are shown to the model and a forced call is opened for it. A
+    format or template refusing the conversation (e.g. role order) is a 400 naming it."""
     tok = _need_tokenizer(tokenizer, "messages")
-    msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
-            for i, m in enumerate(messages)]
+    from ubatch.chat import tools as chat_tools
+    from ubatch.chat.resolve import prompt_ids
+    msgs = chat_messages(messages)
     try:
-        if template is not None:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True, template=template)
+        if plan is not None and plan.active:
+            rendered = chat_tools.render(chat_format, msgs, plan.tools, plan.choice)
+            rendered.prompt += plan.prefix
         else:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True)
+            rendered = chat_format(msgs)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
-        raise APIError(400, f"messages: the chat template refused the conversation: {e}", param="messages")
-    return encode_text(tok, text)
+        raise APIError(400, f"messages: the chat format {chat_format.name!r} refused the conversation: {e}",
+                       param="messages")
+    return prompt_ids(tok, rendered)
