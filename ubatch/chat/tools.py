@@ -86,6 +86,21 @@ def render(chat_format, messages: List[dict], tools: Optional[List[dict]], tool_
     return chat_format(written_out(messages, tools or []))
 
 
+class WithTools:
+    """A chat format that shows `tools` to the model (render) and ends the prompt with `prefix` (a forced
+    call opened): a ChatFormat itself (name, called with the messages), so whatever tokenizes a ChatFormat's
+    rendering treats the tool text as the format's markup."""
+
+    def __init__(self, chat_format, tools: Optional[List[dict]], tool_choice: Any = None, prefix: str = "") -> None:
+        self.chat_format, self.tools, self.tool_choice, self.prefix = chat_format, tools, tool_choice, prefix
+        self.name = getattr(chat_format, "name", "?")
+
+    def __call__(self, messages: List[dict], **kwargs: Any):
+        r = render(self.chat_format, messages, self.tools, self.tool_choice)
+        r.prompt += self.prefix
+        return r
+
+
 def forced_name(tools: Optional[List[dict]], tool_choice: Any) -> Optional[str]:
     """The tool a request forces: tool_choice {"type": "function", "function": {"name"}}, or "required" with
     a single tool."""

@@ -123,15 +123,12 @@ def chat_tokens(tokenizer, messages, chat_format, plan=None) -> List[int]:
     ToolPlan (ubatch.server.tools) the tools are shown to the model and a forced call is opened for it. A
     format or template refusing the conversation (e.g. role order) is a 400 naming it."""
     tok = _need_tokenizer(tokenizer, "messages")
-    from ubatch.chat import tools as chat_tools
     from ubatch.chat.resolve import prompt_ids
     msgs = chat_messages(messages)
+    if plan is not None:
+        chat_format = plan.chat_format(chat_format)
     try:
-        if plan is not None and plan.active:
-            rendered = chat_tools.render(chat_format, msgs, plan.tools, plan.choice)
-            rendered.prompt += plan.prefix
-        else:
-            rendered = chat_format(msgs)
+        rendered = chat_format(msgs)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
         raise APIError(400, f"messages: the chat format {chat_format.name!r} refused the conversation: {e}",
                        param="messages")

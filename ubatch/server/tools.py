@@ -34,6 +34,10 @@ class ToolPlan:
     def active(self) -> bool:
         return self.tools is not None
 
+    def chat_format(self, chat_format):
+        """The server's chat format showing these tools (and opening a forced call), or itself without tools."""
+        return T.WithTools(chat_format, self.tools, self.choice, self.prefix) if self.active else chat_format
+
     def schema(self) -> Optional[Dict[str, Any]]:
         return T.arguments_schema(self.tools, self.forced) if self.forced is not None else None
 
