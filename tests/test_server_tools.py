@@ -189,3 +189,17 @@ def test_tool_plan_answers():
     p = S.constrain(SamplingParams(stop=["x"]), forced)
     assert p.stop == ["x", "</tool_call>"]
     assert S.constrain(SamplingParams(), S.check(TOOLS, "auto")).stop is None
+
+
+def test_tool_history_round_trip(server, client):
+    """An earlier call and its result go back to the model (the tiny model's transcript template knows no
+    tools: they are written out in the <tool_call> convention)."""
+    hist = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    r = client.chat.completions.create(model="tiny-llama", messages=hist, tools=TOOLS, max_tokens=3, temperature=0)
+    from ubatch.chat import tools as CT
+    from ubatch.chat.resolve import resolve_for
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    want = CT.render(resolve_for(ByteTokenizer()), [dict(m) for m in hist], TOOLS, "auto").prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in want and r.usage.prompt_tokens == len(want.encode())
