@@ -134,6 +134,9 @@ def run_kernel(args) -> int:
     if not callable(main):
         print(f"ubatch bench {name}: the benchmark module has no main(argv) function", file=sys.stderr)
         return 2
+    from ubatch.compute import backends as kb
+    print(f"kernel back-end: {kb.active_backend()} (this CPU has: {', '.join(kb.backends())}; "
+          f"UBATCH_KERNELS=<name> forces one)", flush=True)
     rc = _call_main(main, f"ubatch bench {name}", list(args.bench_args))
     return 0 if rc is None else int(rc)
 
