@@ -14,10 +14,25 @@ VT = gguf.GGUFValueType
 E, FF, NH, NKV, NL = 32, 64, 4, 2, 1
 HD = E // NH
 BYTE_CHARS = [chr(c) for c in range(ord("!"), ord("~") + 1)]      # printable ASCII: byte-level chars as is
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def byte_level_chars():
+    """The 256 characters of GPT-2's byte-level alphabet (byte b -> one code point), in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
 
 
 def vocab_tokens():
-    return BYTE_CHARS + ["ab", "Ġa", "<|im_start|>", "<|im_end|>"]
+    return byte_level_chars() + ["ab", "Ġa", "<|im_start|>", "<|im_end|>"]
 
 
 def standard_kv(arch: str = "llama", n_vocab: Optional[int] = None) -> Dict[str, tuple]:
@@ -38,7 +53,8 @@ def standard_kv(arch: str = "llama", n_vocab: Optional[int] = None) -> Dict[str,
                    "tokenizer.ggml.token_type": ([1] * (len(toks) - 2) + [3, 3], VT.ARRAY, VT.INT32),
                    "tokenizer.ggml.merges": (["a b", "Ġ a"], VT.ARRAY, VT.STRING),
                    "tokenizer.ggml.eos_token_id": (len(toks) - 1, VT.UINT32),
-                   "tokenizer.ggml.bos_token_id": (len(toks) - 2, VT.UINT32)})
+                   "tokenizer.ggml.bos_token_id": (len(toks) - 2, VT.UINT32),
+                   "tokenizer.chat_template": (CHATML, VT.STRING)})
     return kv
 
 

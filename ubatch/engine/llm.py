@@ -150,15 +150,19 @@ class LLM:
             if not done:
                 self.engine.abort_request(rid)
 
-    def chat(self, messages: List[dict], **sampling) -> Completion:
-        """One completion of the conversation rendered with the model's chat template."""
+    def chat(self, messages: List[dict], *, parse_special: bool = False, **sampling) -> Completion:
+        """One completion of the conversation rendered with the model's chat template. Message contents are
+        tokenized as text (a user's `<|im_end|>` stays text); only the template's markup gives special tokens.
+        parse_special=True parses special-token text in the contents too (the old behaviour)."""
+        from ubatch.tokenizer.chat_encode import encode_chat
         tok = self.tokenizer
         if tok is None:
             raise ValueError("chat needs a tokenizer (this model has none)")
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        text = tok.apply_chat_template(messages, add_generation_prompt=True)
-        return self.generate([text], **sampling)[0]
+        ids = encode_chat(tok, messages, lambda ms: tok.apply_chat_template(ms, add_generation_prompt=True),
+                          parse_special_content=parse_special)
+        return self.generate([ids], **sampling)[0]
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

@@ -84,7 +84,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+        return APIError(500, "internal error (see the server log)").response()   # no internal text or paths
 
     app.add_middleware(Gate, state=state)
     return app

@@ -104,18 +104,27 @@ def _content_text(content: Any, where: str) -> str:
                    param=where)
 
 
-def chat_tokens(tokenizer, messages, template: Optional[str] = None) -> List[int]:
+def chat_tokens(tokenizer, messages, template: Optional[str] = None, parse_special: bool = False) -> List[int]:
     """Messages -> the chat template (with the generation prompt) -> token ids. `template` (a Jinja string)
     replaces the model's own; without either the tokenizer decides (the tiny model's byte tokenizer renders a
-    plain transcript, a real vocabulary without a template refuses: 400)."""
+    plain transcript, a real vocabulary without a template refuses: 400). Message contents are tokenized as
+    text: only the template's markup gives special tokens (parse_special=True, `--chat-parse-special`, parses
+    them in the contents too, as llama.cpp's server does)."""
+    from ubatch.tokenizer.chat_encode import encode_chat
     tok = _need_tokenizer(tokenizer, "messages")
     msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
             for i, m in enumerate(messages)]
+    kw = {"template": template} if template is not None else {}
+
+    def render(ms):
+        return tok.apply_chat_template(ms, add_generation_prompt=True, **kw)
+
     try:
-        if template is not None:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True, template=template)
-        else:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True)
+        return encode_chat(tok, msgs, render, parse_special_content=parse_special)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
-        raise APIError(400, f"messages: the chat template refused the conversation: {e}", param="messages")
-    return encode_text(tok, text)
+        # the template's own message (raise_exception) is for the client; anything else stays in the server log
+        import jinja2
+
+        from ubatch.tokenizer.errors import TokenizerError
+        why = f": {e}" if isinstance(e, (TokenizerError, jinja2.TemplateError)) else ""
+        raise APIError(400, f"messages: the chat template refused the conversation{why}", param="messages")

@@ -98,7 +98,7 @@ def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation,
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     st, req = await _body(request, ChatRequest)
-    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_template)
+    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_template, st.cfg.chat_parse_special)
     n_top = None
     if req.logprobs:
         n_top = req.top_logprobs or 0
@@ -179,10 +179,14 @@ async def models(request: Request) -> Response:
 async def health(request: Request) -> Response:
     st = _state(request)
     p = st.worker.published
-    body = {"status": "draining" if st.worker.draining else "ok", "model": st.model_id,
+    alive = st.worker.alive()
+    status = "error" if not alive else "draining" if st.worker.draining else "ok"
+    body = {"status": status, "model": st.model_id,
             "running": p.get("running", 0), "waiting": p.get("waiting", 0) + p.get("inbox", 0),
             "kv_cells_used": p.get("kv_cells_used", 0), "inflight": p.get("inflight", 0)}
-    return JSONResponse(body, status_code=503 if st.worker.draining else 200)
+    if not alive:
+        body["error"] = "the engine thread has stopped"
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
 async def metrics(request: Request) -> Response:

@@ -1,0 +1,106 @@
+"""Chat prompts to token ids without special-token injection (issue 20 item 7).
+
+The conversation is rendered by the caller's `render(messages) -> str` (the chat template, whatever formatter
+produces it); the message contents are then tokenized as text and only the template's own markup can produce
+control tokens: a user who writes `<|im_end|><|im_start|>system` gets those characters as text.
+
+Where each content lands in the rendered text is found with placeholders: the conversation is rendered once more
+with every content replaced by a unique marker, and if substituting the contents (as they are, or trimmed as
+templates like Gemma's do) for the markers gives back the real rendering exactly, the markers' positions are
+the contents' (fidelity: the ids are the old ones whenever a content holds no control-token text). A template
+whose output depends on the content in other ways (it splits or tests it) is rendered instead with each content
+wrapped in unique delimiters, and what lies between them is text. `parse_special_content=True` restores the old
+behaviour (the whole rendering tokenized with special tokens parsed).
+"""
+from __future__ import annotations
+
+import secrets
+from typing import Callable, List, Sequence, Tuple
+
+Segments = List[Tuple[str, bool]]      # (text, is_content)
+_TRANSFORMS = (lambda c: c, str.strip)
+
+
+def _with_contents(messages: Sequence[dict], contents: dict) -> List[dict]:
+    return [dict(m, content=contents[i]) if i in contents else dict(m) for i, m in enumerate(messages)]
+
+
+def _split(text: str, marks: dict) -> Segments:
+    """text with the markers of `marks` (marker -> content) -> segments: markup (False) and contents (True)."""
+    out: Segments = []
+    pos = 0
+    while True:
+        hits = [(text.find(m, pos), m) for m in marks]
+        hits = [h for h in hits if h[0] >= 0]
+        if not hits:
+            break
+        at, m = min(hits)
+        if at > pos:
+            out.append((text[pos:at], False))
+        if marks[m]:
+            out.append((marks[m], True))
+        pos = at + len(m)
+    if pos < len(text):
+        out.append((text[pos:], False))
+    return out
+
+
+def _wrapped(render: Callable[[List[dict]], str], messages: Sequence[dict], texts: dict, nonce: str) -> Segments:
+    """Fallback: contents wrapped in delimiters; whatever lies between an opening and a closing one is text."""
+    op, cl = f"\ue000{nonce}<", f">{nonce}\ue001"
+    w = render(_with_contents(messages, {i: op + c + cl for i, c in texts.items()}))
+    out: Segments = []
+    inside, pos = False, 0
+    while pos < len(w):
+        nxt = w.find(cl if inside else op, pos)
+        stray = w.find(op if inside else cl, pos)      # a delimiter out of order (a template that cut the content)
+        end = len(w) if nxt < 0 else nxt
+        piece = w[pos:end]
+        if 0 <= stray < end:
+            piece = piece.replace(op, "").replace(cl, "")
+        if piece:
+            out.append((piece, inside))
+        if nxt < 0:
+            break
+        pos = nxt + len(cl if inside else op)
+        inside = not inside
+    return out
+
+
+def chat_segments(render: Callable[[List[dict]], str], messages: Sequence[dict]) -> Segments:
+    """The rendered conversation as (text, is_content) segments (see the module docstring)."""
+    texts = {i: m["content"] for i, m in enumerate(messages)
+             if isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"]}
+    real = render(list(messages))
+    if not texts:
+        return [(real, False)] if real else []
+    nonce = secrets.token_hex(8)
+    marks = {i: f"\ue000{nonce}:{i}\ue001" for i in texts}
+    templ = render(_with_contents(messages, marks))
+    for f in _TRANSFORMS:
+        sub = {marks[i]: f(c) for i, c in texts.items()}
+        rebuilt = templ
+        for m, c in sub.items():
+            rebuilt = rebuilt.replace(m, c)
+        if rebuilt == real:
+            return _split(templ, sub)
+    return _wrapped(render, messages, texts, nonce)
+
+
+def encode_chat(tokenizer, messages: Sequence[dict], render: Callable[[List[dict]], str], *,
+                parse_special_content: bool = False) -> List[int]:
+    """Token ids of the rendered conversation, with BOS where the vocabulary adds one (a template that writes
+    the BOS itself does not get a second). Contents are text unless parse_special_content=True."""
+    if parse_special_content or not hasattr(tokenizer, "encode_segments"):
+        text = render(list(messages))
+        ids = list(tokenizer.encode(text, add_special=True, parse_special=parse_special_content or
+                                    not hasattr(tokenizer, "encode_segments")))
+    else:
+        ids = list(tokenizer.encode_segments(chat_segments(render, messages), add_special=True))
+    bos = getattr(tokenizer, "bos", -1)
+    if len(ids) >= 2 and bos >= 0 and ids[0] == bos and ids[1] == bos:
+        ids = ids[1:]
+    return ids
+
+
+__all__ = ["chat_segments", "encode_chat"]
