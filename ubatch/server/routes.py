@@ -25,7 +25,7 @@ def _state(request: Request) -> ServerState:
 
 async def _body(request: Request, model):
     st = _state(request)
-    req = parse(await read_body(request, st.cfg.max_body_bytes), model)
+    req = parse(await read_body(request, st.cfg.max_body_bytes, st.cfg.body_timeout), model)
     st.check_model(req.model)
     return st, req
 
