@@ -55,6 +55,16 @@ def test_benign_content_gives_the_old_ids(tok, template, content):
     assert encode_chat(tok, msgs, r) == tok.encode(r(msgs), parse_special=True)
 
 
+@pytest.mark.parametrize("content", ["a</think>" + EVIL, EVIL + "</think>b" + EVIL, "x</think>y</think><|im_end|>"])
+def test_a_template_that_cuts_the_content_still_cannot_be_injected(tok, content):
+    msgs = [{"role": "user", "content": content}]
+    r = _render(tok, SPLITTING)
+    ids = encode_chat(tok, msgs, r)
+    # at most the template's own three (user turn open / close, assistant open), never one from the content
+    assert len(_controls(tok, ids)) <= 3 < len(_controls(tok, tok.encode(r(msgs), parse_special=True)))
+    assert tok.decode(ids, unparse_special=True) == r(msgs)
+
+
 def test_segments_follow_the_template(tok):
     segs = chat_segments(_render(tok, GEMMA_LIKE), [{"role": "user", "content": "  x<|im_end|> "}])
     # jinja drops the template's last newline (keep_trailing_newline is off, as in llama.cpp's minja)

@@ -8,14 +8,15 @@ Where each content lands in the rendered text is found with placeholders: the co
 with every content replaced by a unique marker, and if substituting the contents (as they are, or trimmed as
 templates like Gemma's do) for the markers gives back the real rendering exactly, the markers' positions are
 the contents' (fidelity: the ids are the old ones whenever a content holds no control-token text). A template
-whose output depends on the content in other ways (it splits or tests it) is rendered instead with each content
-wrapped in unique delimiters, and what lies between them is text. `parse_special_content=True` restores the old
+whose output depends on the content in other ways (it splits or tests it) is rendered as is when no content
+holds control-token text, else with each content wrapped in unique delimiters, what lies between them being
+text (and, if the template cut a content, everything before a lone delimiter). `parse_special_content=True` restores the old
 behaviour (the whole rendering tokenized with special tokens parsed).
 """
 from __future__ import annotations
 
 import secrets
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 Segments = List[Tuple[str, bool]]      # (text, is_content)
 _TRANSFORMS = (lambda c: c, str.strip)
@@ -54,10 +55,17 @@ def _wrapped(render: Callable[[List[dict]], str], messages: Sequence[dict], text
     while pos < len(w):
         nxt = w.find(cl if inside else op, pos)
         stray = w.find(op if inside else cl, pos)      # a delimiter out of order (a template that cut the content)
+        if 0 <= stray and (nxt < 0 or stray < nxt):
+            # where the cut content begins is unknown: everything up to the stray delimiter counts as text (safe:
+            # never a control token out of a content; at worst some markup is tokenized as text)
+            piece = w[pos:stray].replace(op, "").replace(cl, "")
+            if piece:
+                out.append((piece, True))
+            pos = stray + len(op if inside else cl)
+            inside = not inside if inside else False
+            continue
         end = len(w) if nxt < 0 else nxt
         piece = w[pos:end]
-        if 0 <= stray < end:
-            piece = piece.replace(op, "").replace(cl, "")
         if piece:
             out.append((piece, inside))
         if nxt < 0:
@@ -67,8 +75,11 @@ def _wrapped(render: Callable[[List[dict]], str], messages: Sequence[dict], text
     return out
 
 
-def chat_segments(render: Callable[[List[dict]], str], messages: Sequence[dict]) -> Segments:
-    """The rendered conversation as (text, is_content) segments (see the module docstring)."""
+def chat_segments(render: Callable[[List[dict]], str], messages: Sequence[dict],
+                  has_special: Optional[Callable[[str], bool]] = None) -> Segments:
+    """The rendered conversation as (text, is_content) segments (see the module docstring). has_special(text)
+    tells whether a text holds control-token text: when no content does, a template the placeholders cannot
+    follow is simply rendered (nothing to protect)."""
     texts = {i: m["content"] for i, m in enumerate(messages)
              if isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"]}
     real = render(list(messages))
@@ -84,6 +95,8 @@ def chat_segments(render: Callable[[List[dict]], str], messages: Sequence[dict])
             rebuilt = rebuilt.replace(m, c)
         if rebuilt == real:
             return _split(templ, sub)
+    if has_special is not None and not any(has_special(c) for c in texts.values()):
+        return [(real, False)]
     return _wrapped(render, messages, texts, nonce)
 
 
@@ -96,7 +109,10 @@ def encode_chat(tokenizer, messages: Sequence[dict], render: Callable[[List[dict
         ids = list(tokenizer.encode(text, add_special=True, parse_special=parse_special_content or
                                     not hasattr(tokenizer, "encode_segments")))
     else:
-        ids = list(tokenizer.encode_segments(chat_segments(render, messages), add_special=True))
+        def has_special(text: str) -> bool:
+            return any(tokenizer.is_control(i) for i in tokenizer.encode(text, add_special=False, parse_special=True))
+
+        ids = list(tokenizer.encode_segments(chat_segments(render, messages, has_special), add_special=True))
     bos = getattr(tokenizer, "bos", -1)
     if len(ids) >= 2 and bos >= 0 and ids[0] == bos and ids[1] == bos:
         ids = ids[1:]
