@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
                    help="seconds in-flight requests may finish after SIGTERM")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="Jinja chat template to use instead of the model's (gemma GGUFs without one get Gemma's)")
+    p.add_argument("--chat-format", default=None, metavar="NAME",
+                   help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
+                        "(llama-cpp-python's names; see the README's chat formats table)")
     p.add_argument("--chat-parse-special", action="store_true",
                    help="parse special-token text inside chat message contents (llama.cpp's server does; by "
                         "default contents are text and only the template's markup gives special tokens)")
@@ -61,7 +64,8 @@ def config_from(args) -> ServerConfig:
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
-                        chat_template_file=args.chat_template, chat_parse_special=args.chat_parse_special,
+                        chat_template_file=args.chat_template, chat_format=args.chat_format,
+                        chat_parse_special=args.chat_parse_special,
                         allowed_hosts=split(args.allowed_hosts) or None, cors_origins=split(args.cors_origins),
                         header_timeout=args.header_timeout, body_timeout=args.body_timeout)
 

@@ -150,19 +150,28 @@ class LLM:
             if not done:
                 self.engine.abort_request(rid)
 
-    def chat(self, messages: List[dict], *, parse_special: bool = False, **sampling) -> Completion:
-        """One completion of the conversation rendered with the model's chat template. Message contents are
-        tokenized as text (a user's `<|im_end|>` stays text); only the template's markup gives special tokens.
-        parse_special=True parses special-token text in the contents too (the old behaviour)."""
-        from ubatch.tokenizer.chat_encode import encode_chat
-        tok = self.tokenizer
-        if tok is None:
+    def chat_format(self, chat_format: Optional[str] = None, template: Optional[str] = None):
+        """The chat format chat() renders with (ubatch.chat.resolve: a named format or Jinja template, else the
+        GGUF's template or the format guessed from it, else the architecture's, else "llama-2")."""
+        from ubatch.chat.resolve import resolve_for
+        if self.tokenizer is None:
             raise ValueError("chat needs a tokenizer (this model has none)")
+        return resolve_for(self.tokenizer, getattr(self.model, "arch", None), chat_format=chat_format,
+                           template=template)
+
+    def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
+             parse_special: bool = False, **sampling) -> Completion:
+        """One completion of the conversation rendered in the model's chat format (chat_format / template
+        choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
+        `stop` strings as in generate. Message contents are tokenized as text (a user's `<|im_end|>` stays
+        text), only the format's markup gives special tokens; parse_special=True parses special-token text in
+        the contents too (llama-cpp-python's way)."""
+        tok = self.tokenizer
+        fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        ids = encode_chat(tok, messages, lambda ms: tok.apply_chat_template(ms, add_generation_prompt=True),
-                          parse_special_content=parse_special)
-        return self.generate([ids], **sampling)[0]
+        from ubatch.tokenizer.chat_encode import chat_prompt_ids
+        return self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

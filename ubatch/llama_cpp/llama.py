@@ -212,19 +212,7 @@ class Llama:
         self.chat_format = chat_format
         self.chat_handler = chat_handler
         self._chat_handlers: Dict[str, Any] = {}
-        template = self.metadata.get("tokenizer.chat_template")
-        if template is not None and not vocab_only or template is not None:
-            try:
-                eos_id, bos_id = self.token_eos(), self.token_bos()
-                eos = self._model.token_get_text(eos_id) if eos_id != -1 else ""
-                bos = self._model.token_get_text(bos_id) if bos_id != -1 else ""
-                self._chat_handlers["chat_template.default"] = llama_chat_format.Jinja2ChatFormatter(
-                    template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id])
-            except Exception as e:
-                if verbose:
-                    print(f"Failed to load the chat template: {e}", file=sys.stderr)
-        if self.chat_format is None and self.chat_handler is None:
-            self.chat_format = "chat_template.default" if "chat_template.default" in self._chat_handlers else "llama-2"
+        self._init_chat_formats(verbose)
 
     # ------------------------------------------------------------------ escape hatches and sizes
     @property
@@ -474,6 +462,29 @@ class Llama:
         return self.create_completion(prompt, *args, **kwargs)
 
     # ------------------------------------------------------------------ chat
+    def _init_chat_formats(self, verbose: bool) -> None:
+        """The GGUF's templates as handlers ("chat_template.default", "chat_template.<name>"), and the chat
+        format when none is given: ubatch.chat.resolve's one rule (the guessed registry format, the template,
+        the architecture's format, "llama-2")."""
+        from ubatch.chat.resolve import default_chat_format, template_choices
+        eos_id, bos_id = self.token_eos(), self.token_bos()
+        eos = self._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = self._model.token_get_text(bos_id) if bos_id != -1 else ""
+        metadata = dict(self.metadata)
+        for name, template in template_choices(metadata).items():
+            try:
+                self._chat_handlers[name] = llama_chat_format.Jinja2ChatFormatter(
+                    template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id]).to_chat_handler()
+            except Exception as e:              # a template jinja2 cannot compile: left out (and said so)
+                if name == "chat_template.default":
+                    metadata.pop("tokenizer.chat_template", None)
+                if verbose:
+                    print(f"Failed to load the chat template {name}: {e}", file=sys.stderr)
+        if self.chat_format is None and self.chat_handler is None:
+            self.chat_format = default_chat_format(metadata, metadata.get("general.architecture"))
+            if verbose:
+                print(f"Using chat format: {self.chat_format}", file=sys.stderr)
+
     def create_chat_completion(self, messages: List[Dict[str, Any]], functions=None, function_call=None, tools=None,
                                tool_choice=None, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
                                min_p: float = 0.05, typical_p: float = 1.0, stream: bool = False,
@@ -483,34 +494,20 @@ class Llama:
                                mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                                model: Optional[str] = None, logits_processor=None, grammar=None, logit_bias=None,
                                logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None):
-        if response_format is not None and response_format.get("type") not in (None, "text"):
-            raise NotImplementedError("create_chat_completion(response_format=json_object / json_schema): "
-                                      "grammar-constrained sampling is not implemented in ubatch.llama_cpp")
-        if tools or functions:
-            raise NotImplementedError("create_chat_completion(tools / functions): function calling is not "
-                                      "implemented in ubatch.llama_cpp")
-        if self.chat_handler is not None:
-            raise NotImplementedError("Llama(chat_handler=...): custom / multimodal chat handlers are not "
-                                      "supported by ubatch.llama_cpp")
-        fmt = self._chat_handlers.get(self.chat_format) or llama_chat_format.BUILTIN_FORMATS.get(self.chat_format)
-        if fmt is None:
-            raise NotImplementedError(f"chat format {self.chat_format!r}: ubatch.llama_cpp renders the GGUF's own "
-                                      f"chat template or the 'llama-2' format only")
-        result = fmt(messages=messages)
-        prompt = self.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if result.stop is not None:
-            stops += [result.stop] if isinstance(result.stop, str) else [s for s in result.stop if s]
-        out = self.create_completion(prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                                     typical_p=typical_p, logprobs=top_logprobs if logprobs else None, stream=stream,
-                                     stop=stops, seed=seed, max_tokens=max_tokens, presence_penalty=presence_penalty,
-                                     frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
-                                     tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                                     mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor,
-                                     logit_bias=logit_bias)
-        if stream:
-            return llama_chat_format.chunks_to_chat(out)
-        return llama_chat_format.completion_to_chat(out)
+        """The chat handler (Llama(chat_handler=...), else the chat format's: the GGUF's template or a registry
+        format, see llama_chat_format) renders the conversation and runs create_completion; tools /
+        tool_choice / functions as the handler supports them (chatml-function-calling, functionary, a forced
+        tool with any format)."""
+        handler = (self.chat_handler or self._chat_handlers.get(self.chat_format)
+                   or llama_chat_format.get_chat_completion_handler(self.chat_format))
+        return handler(llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
+                       tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                       typical_p=typical_p, logprobs=logprobs, top_logprobs=top_logprobs, stream=stream, stop=stop,
+                       seed=seed, response_format=response_format, max_tokens=max_tokens,
+                       presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                       repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                       mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
+                       logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
 
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,

@@ -27,6 +27,7 @@ class ServerConfig:
     grace_seconds: float = 10.0            # SIGTERM: how long in-flight requests may finish
     retry_after_seconds: int = 1           # Retry-After of a 429
     chat_template_file: Optional[str] = None   # Jinja chat template replacing the model's (or the fallback)
+    chat_format: Optional[str] = None          # a named chat format (ubatch.chat.formats) instead of the model's
     chat_parse_special: bool = False       # parse special-token text inside message contents (llama.cpp's way)
     allowed_hosts: Optional[List[str]] = None  # Host names accepted; None: loopback names when bound to loopback
     cors_origins: List[str] = field(default_factory=list)   # Origins allowed cross-site ("*": any)

@@ -104,27 +104,33 @@ def _content_text(content: Any, where: str) -> str:
                    param=where)
 
 
-def chat_tokens(tokenizer, messages, template: Optional[str] = None, parse_special: bool = False) -> List[int]:
-    """Messages -> the chat template (with the generation prompt) -> token ids. `template` (a Jinja string)
-    replaces the model's own; without either the tokenizer decides (the tiny model's byte tokenizer renders a
-    plain transcript, a real vocabulary without a template refuses: 400). Message contents are tokenized as
-    text: only the template's markup gives special tokens (parse_special=True, `--chat-parse-special`, parses
-    them in the contents too, as llama.cpp's server does)."""
-    from ubatch.tokenizer.chat_encode import encode_chat
+def chat_messages(messages) -> List[dict]:
+    """The request's messages as the chat formats take them: role, content as text, and the tool fields
+    (name, tool_calls, tool_call_id) when given."""
+    out = []
+    for i, m in enumerate(messages):
+        d = {"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
+        for k in ("name", "tool_calls", "tool_call_id"):
+            v = getattr(m, k, None)
+            if v is not None:
+                d[k] = v
+        out.append(d)
+    return out
+
+
+def chat_tokens(tokenizer, messages, chat_format, *, parse_special: bool = False, **format_kwargs) -> List[int]:
+    """Messages -> the server's chat format (ubatch.chat.resolve, chosen at start-up) -> token ids; a format
+    or template refusing the conversation (e.g. role order) is a 400 naming it (with the template's own
+    message; other exception text stays in the server log). Message contents are tokenized as text: only the
+    format's markup gives special tokens (parse_special=True, `--chat-parse-special`: parsed in the contents
+    too, as llama.cpp's server does)."""
     tok = _need_tokenizer(tokenizer, "messages")
-    msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
-            for i, m in enumerate(messages)]
-    kw = {"template": template} if template is not None else {}
-
-    def render(ms):
-        return tok.apply_chat_template(ms, add_generation_prompt=True, **kw)
-
+    from ubatch.tokenizer.chat_encode import chat_prompt_ids
+    msgs = chat_messages(messages)
     try:
-        return encode_chat(tok, msgs, render, parse_special_content=parse_special)
+        return chat_prompt_ids(tok, chat_format, msgs, parse_special=parse_special, **format_kwargs)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
-        # the template's own message (raise_exception) is for the client; anything else stays in the server log
         import jinja2
-
-        from ubatch.tokenizer.errors import TokenizerError
-        why = f": {e}" if isinstance(e, (TokenizerError, jinja2.TemplateError)) else ""
-        raise APIError(400, f"messages: the chat template refused the conversation{why}", param="messages")
+        why = f": {e}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
+        raise APIError(400, f"messages: the chat format {getattr(chat_format, 'name', '?')!r} refused the "
+                            f"conversation{why}", param="messages")

@@ -98,7 +98,7 @@ def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation,
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     st, req = await _body(request, ChatRequest)
-    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_template, st.cfg.chat_parse_special)
+    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_format, parse_special=st.cfg.chat_parse_special)
     n_top = None
     if req.logprobs:
         n_top = req.top_logprobs or 0

@@ -55,6 +55,8 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
     name: Optional[str] = None
+    tool_calls: Optional[List[Any]] = None     # an assistant turn's calls (given back to the chat format)
+    tool_call_id: Optional[str] = None         # a tool result's call id
 
 
 class ChatRequest(_Sampling):

@@ -76,13 +76,13 @@ def _wrapped(render: Callable[[List[dict]], str], messages: Sequence[dict], text
 
 
 def chat_segments(render: Callable[[List[dict]], str], messages: Sequence[dict],
-                  has_special: Optional[Callable[[str], bool]] = None) -> Segments:
+                  has_special: Optional[Callable[[str], bool]] = None, real: Optional[str] = None) -> Segments:
     """The rendered conversation as (text, is_content) segments (see the module docstring). has_special(text)
     tells whether a text holds control-token text: when no content does, a template the placeholders cannot
     follow is simply rendered (nothing to protect)."""
     texts = {i: m["content"] for i, m in enumerate(messages)
              if isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"]}
-    real = render(list(messages))
+    real = render(list(messages)) if real is None else real
     if not texts:
         return [(real, False)] if real else []
     nonce = secrets.token_hex(8)
@@ -119,4 +119,25 @@ def encode_chat(tokenizer, messages: Sequence[dict], render: Callable[[List[dict
     return ids
 
 
-__all__ = ["chat_segments", "encode_chat"]
+def chat_prompt_ids(tokenizer, fmt, messages: Sequence[dict], *, parse_special: bool = False,
+                    **format_kwargs) -> List[int]:
+    """Token ids of a conversation through a chat format (ubatch.chat.resolve's ChatFormat: messages ->
+    ChatFormatterResponse): the contents as text, the BOS added unless the prompt holds it (added_special).
+    parse_special=True: ubatch.chat.resolve.prompt_ids, llama-cpp-python's tokenization (specials parsed
+    everywhere)."""
+    rendered = fmt(list(messages), **format_kwargs)
+    if parse_special or not hasattr(tokenizer, "encode_segments"):
+        from ubatch.chat.resolve import prompt_ids
+        return prompt_ids(tokenizer, rendered)
+
+    def render(ms: List[dict]) -> str:
+        return fmt(ms, **format_kwargs).prompt
+
+    def has_special(text: str) -> bool:
+        return any(tokenizer.is_control(i) for i in tokenizer.encode(text, add_special=False, parse_special=True))
+
+    segments = chat_segments(render, messages, has_special, real=rendered.prompt)
+    return list(tokenizer.encode_segments(segments, add_special=not rendered.added_special))
+
+
+__all__ = ["chat_segments", "encode_chat", "chat_prompt_ids"]
