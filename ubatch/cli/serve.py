@@ -21,6 +21,10 @@ def add_parser(sub) -> None:
     p.add_argument("--n-batch", type=int, default=d.n_batch)
     p.add_argument("--n-ubatch", type=int, default=d.n_ubatch)
     p.add_argument("--threads", type=int, default=None, help="compute threads (default: all cores)")
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="turn automatic prefix caching off (every prompt computed from scratch)")
+    p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
+                   help="at most N KV cells held by the prefix cache (default: the KV cache, evicted on demand)")
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' (default: $UBATCH_API_KEY when set)")
     p.add_argument("--max-queue", type=int, default=d.max_queue,
@@ -67,7 +71,8 @@ def config_from(args) -> ServerConfig:
                         chat_template_file=args.chat_template, chat_format=args.chat_format,
                         chat_parse_special=args.chat_parse_special,
                         allowed_hosts=split(args.allowed_hosts) or None, cors_origins=split(args.cors_origins),
-                        header_timeout=args.header_timeout, body_timeout=args.body_timeout)
+                        header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells)
 
 
 def run(args) -> int:

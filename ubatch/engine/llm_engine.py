@@ -36,6 +36,7 @@ from ubatch.engine.batcher import ubatch_records
 from ubatch.engine.context import Context
 from ubatch.engine.detok import TextState
 from ubatch.engine.engine_stats import EngineStats, RequestTimes
+from ubatch.engine.prefix_cache import PrefixCache
 from ubatch.engine.sampling import SampleBatch, SamplingParams, sample
 
 
@@ -151,7 +152,8 @@ class LLMEngine:
 
     def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
-                 tokenizer=None, timeline: bool = False) -> None:
+                 tokenizer=None, timeline: bool = False, enable_prefix_caching: bool = True,
+                 prefix_cache_max_cells: Optional[int] = None) -> None:
         if model is None:
             raise ValueError("LLMEngine needs a model (ubatch.models.load(name) or a ubatch.Model)")
         self.model = model
@@ -173,6 +175,9 @@ class LLMEngine:
         self.statistics = EngineStats(n_ubatch=self.ctx.n_ubatch, n_stream=self._kv.n_stream, kv_size=self._kv.size,
                                       peak_kv_cells=[0] * self._kv.n_stream, timeline=bool(timeline))
         self._seed_rng = random.SystemRandom()
+        # automatic prefix caching (prefix_cache.py); None when turned off
+        self._prefix: Optional[PrefixCache] = (PrefixCache(self, max_cells=prefix_cache_max_cells)
+                                               if enable_prefix_caching else None)
 
     # ------------------------------------------------------------------ requests
     def _prompt_tokens(self, prompt) -> np.ndarray:
@@ -255,12 +260,20 @@ class LLMEngine:
                 "ubatches": st.n_ubatches, "last_step_s": self._last_step_s,
                 "tokens": st.prompt_tokens + st.decode_tokens, "prompt_tokens": st.prompt_tokens,
                 "generated_tokens": st.generated_tokens, "decode_calls": st.decode_calls, "retries": st.retries,
-                "preemptions": st.preemptions}
+                "preemptions": st.preemptions, **self.prefix_stats()}
+
+    def prefix_stats(self) -> dict:
+        """The prefix cache's counters (prefix_cache_*: queries, hits, tokens queried / saved, hit rate = saved /
+        queried, cached cells and entries, evictions); {"prefix_cache": False} when it is off."""
+        return self._prefix.stats() if self._prefix is not None else {"prefix_cache": False}
 
     # ------------------------------------------------------------------ sequence slots
     def _release(self, s: _Seq) -> None:
-        """s leaves the KV cache and gives its sequence id back."""
-        self._kv.seq_rm(s.seq_id)
+        """s leaves the KV cache (its cells may stay as a prefix-cache entry) and gives its sequence id back."""
+        if self._prefix is not None:
+            self._prefix.release(s)
+        else:
+            self._kv.seq_rm(s.seq_id)
         del self._active[s.seq_id]
         heapq.heappush(self._free, s.seq_id)
         s.seq_id = -1
@@ -273,7 +286,10 @@ class LLMEngine:
             return True
         pending = sum(s.n_tokens - s.n_past for s in self._active.values() if s.state != FORK)
         need = unit[0].n_tokens + sum(1 for s in unit[1:])
-        return self._kv.used(0) + pending + need <= self._kv.size
+        used = self._kv.used(0)
+        if self._prefix is not None and used + pending + need > self._kv.size:
+            used -= self._prefix.cached_cells()      # cells held only by the prefix cache are evicted on demand
+        return used + pending + need <= self._kv.size
 
     def _admit(self) -> None:
         while self._waiting:
@@ -286,11 +302,14 @@ class LLMEngine:
                 req.times.seq_id = self._free[0]
             stamp = next(self._stamp)
             for k, s in enumerate(unit):
-                s.seq_id = heapq.heappop(self._free)
+                s.seq_id = (heapq.heappop(self._free) if self._prefix is None
+                            else self._prefix.take_id(self._free, s, k == 0))
                 s.stamp = stamp
                 s.n_past = 0
                 s.state = PROMPT if k == 0 else FORK
                 self._active[s.seq_id] = s
+            if self._prefix is not None:
+                self._prefix.start(unit[0])           # the longest cached prefix, or a wait for a running one
 
     def _preempt(self) -> List[_Seq]:
         """Frees the most recently admitted running sequence (with its fork group if it has not forked yet) and
@@ -333,6 +352,8 @@ class LLMEngine:
             if s.state != PROMPT:
                 continue
             k = min(n_batch - n, s.n_tokens - s.n_past)
+            if self._prefix is not None:
+                k = self._prefix.cap(s, k)
             if k <= 0:
                 continue
             p0 = s.n_past
@@ -357,6 +378,8 @@ class LLMEngine:
         t_step = time.perf_counter()
         st = self.statistics
         self._admit()
+        if self._prefix is not None:
+            self._prefix.resolve()
         tok, pos, seq, out, owners, own, prompt = self._build()
         st.steps += 1
         touched: Dict[str, _Req] = {}
@@ -367,6 +390,8 @@ class LLMEngine:
             try:
                 self._decode(tok[off:end], pos[off:end], seq[off:end], out[off:end], prompt[off:end])
             except KVCacheFullError:
+                if self._prefix is not None and self._prefix.evict_for_full(end - off):
+                    continue                              # cached cells went first: retry the same slice
                 if end - off > 1:
                     nb = max(1, (end - off) // 2)        # the server's retry: same offset, half the slice
                     st.retries += 1

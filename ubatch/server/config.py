@@ -17,6 +17,8 @@ class ServerConfig:
     n_ubatch: int = 512
     n_threads: Optional[int] = None
     kv_unified: bool = True                # one stream shared by all sequences (llama.cpp server's default)
+    prefix_cache: bool = True              # automatic prefix caching across requests (--no-prefix-cache)
+    prefix_cache_cells: Optional[int] = None   # at most this many KV cells held by the prefix cache
     api_key: Optional[str] = None          # Bearer token; None: no auth
     max_queue: int = 64                    # requests waiting beyond the `parallel` running ones before 429
     max_body_bytes: int = 1 << 20          # request body limit (413 beyond)

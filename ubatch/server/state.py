@@ -90,5 +90,6 @@ def build_state(cfg: ServerConfig) -> ServerState:
     from ubatch.engine.llm_engine import LLMEngine
     model = load_model(cfg.model)
     engine = LLMEngine(model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.parallel,
-                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads)
+                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads, enable_prefix_caching=cfg.prefix_cache,
+                       prefix_cache_max_cells=cfg.prefix_cache_cells)
     return ServerState(cfg, engine, model)
