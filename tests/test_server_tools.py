@@ -167,3 +167,39 @@ def test_qwen_chooses_a_call():
         tcs = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
         assert [(t.function.name, t.function.arguments) for t in tcs] == [("get_weather", call.function.arguments)]
         assert parts[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_tool_plan_answers():
+    from ubatch.server import tools as S
+    two = '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "add", "arguments": {}}'
+    msg, fin = S.check(TOOLS, "auto").message(two, "stop")
+    assert fin == "tool_calls" and [c["function"]["arguments"] for c in msg["tool_calls"]] == ['{"a": 1}', "{}"]
+    msg, fin = S.check(TOOLS, "auto", parallel_tool_calls=False).message(two, "stop")
+    assert len(msg["tool_calls"]) == 1 and msg["content"] is None
+    assert S.check(TOOLS, "auto").message("just text", "stop") == ({"role": "assistant", "content": "just text"},
+                                                                   "stop")
+    forced = S.check(TOOLS, {"type": "function", "function": {"name": "add"}})
+    msg, fin = forced.message(' {"a": 1', "length")                  # cut by max_tokens: said so
+    assert fin == "length" and msg["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1'}
+    req = S.check(TOOLS, "required")                                  # several tools: the model names one
+    assert req.prefix == "<tool_call>\n" and req.forced is None
+    assert req.message('{"name": "add", "arguments": {"b": 2}}\n</tool_call>', "stop")[0]["tool_calls"][0][
+        "function"] == {"name": "add", "arguments": '{"b": 2}'}
+    from ubatch.engine.sampling import SamplingParams
+    p = S.constrain(SamplingParams(stop=["x"]), forced)
+    assert p.stop == ["x", "</tool_call>"]
+    assert S.constrain(SamplingParams(), S.check(TOOLS, "auto")).stop is None
+
+
+def test_tool_history_round_trip(server, client):
+    """An earlier call and its result go back to the model (the tiny model's transcript template knows no
+    tools: they are written out in the <tool_call> convention)."""
+    hist = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    r = client.chat.completions.create(model="tiny-llama", messages=hist, tools=TOOLS, max_tokens=3, temperature=0)
+    from ubatch.chat import tools as CT
+    from ubatch.chat.resolve import resolve_for
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    want = CT.render(resolve_for(ByteTokenizer()), [dict(m) for m in hist], TOOLS, "auto").prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in want and r.usage.prompt_tokens == len(want.encode())

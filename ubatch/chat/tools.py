@@ -224,8 +224,8 @@ class ToolStream:
     with "{", a possible bare call), the rest is kept and parsed at the end (the calls then go out with their
     names and arguments, or the kept text as content)."""
 
-    def __init__(self, names: List[str], forced: Optional[str] = None) -> None:
-        self.names, self.forced = names, forced
+    def __init__(self, names: List[str], forced: Optional[str] = None, max_calls: Optional[int] = None) -> None:
+        self.names, self.forced, self.max_calls = names, forced, max_calls
         self.text = ""
         self.sent = 0              # characters of self.text given out (content or arguments)
         self.calling = False       # auto: a <tool_call> has started
@@ -293,6 +293,7 @@ class ToolStream:
         if not self.calling:
             return self._content(self.text[self.sent:]), False
         content, calls = parse(self.text[self.sent:], self.names)
+        calls = calls[:self.max_calls] if self.max_calls is not None else calls
         out = self._content(content or "") if content else []
         for i, c in enumerate(calls):
             out.append({"tool_calls": [{"index": i, "id": new_call_id(), "type": "function",

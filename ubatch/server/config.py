@@ -1,8 +1,8 @@
 """ServerConfig: every limit and knob of `ubatch serve`, with the defaults the CLI shows."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 
 @dataclass
@@ -32,6 +32,11 @@ class ServerConfig:
     draft: Optional[str] = None            # speculative decoding: "prompt-lookup" or a draft GGUF / model name
     draft_max: int = 16                    # the longest draft
     chat_format: Optional[str] = None          # a named chat format (ubatch.chat.formats) instead of the model's
+    chat_parse_special: bool = False       # parse special-token text inside message contents (llama.cpp's way)
+    allowed_hosts: Optional[List[str]] = None  # Host names accepted; None: loopback names when bound to loopback
+    cors_origins: List[str] = field(default_factory=list)   # Origins allowed cross-site ("*": any)
+    header_timeout: float = 10.0           # seconds a connection may take to send a request's headers
+    body_timeout: float = 30.0             # seconds a request may take to send its body (408 beyond)
 
     @property
     def served_id(self) -> str:

@@ -17,8 +17,9 @@ class ToolPlan:
     """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
     suffix that opens the answer for the model, the names a call may use."""
 
-    def __init__(self, tools: Optional[List[dict]], choice: Any) -> None:
+    def __init__(self, tools: Optional[List[dict]], choice: Any, parallel: Optional[bool] = None) -> None:
         self.tools = tools if tools and choice != "none" else None
+        self.parallel = parallel is not False         # parallel_tool_calls: false keeps the first call
         self.choice = choice
         self.forced = T.forced_name(self.tools, choice) if self.tools else None
         self.required = self.tools is not None and self.forced is None and choice == "required"
@@ -49,6 +50,8 @@ class ToolPlan:
             content = None
         else:
             content, calls = T.parse(self.prefix + text, self.names)
+            if not self.parallel:
+                calls = calls[:1]
         if not calls:
             return {"role": "assistant", "content": content or ""}, finish_reason
         msg = {"role": "assistant", "content": content,
@@ -57,7 +60,7 @@ class ToolPlan:
         return msg, ("length" if finish_reason == "length" else "tool_calls")
 
     def stream(self) -> "T.ToolStream":
-        ts = T.ToolStream(self.names, self.forced)
+        ts = T.ToolStream(self.names, self.forced, max_calls=None if self.parallel else 1)
         if self.required:
             ts.feed(self.prefix)
         return ts
@@ -67,7 +70,7 @@ def _bad(msg: str, param: str) -> APIError:
     return APIError(400, msg, param=param)
 
 
-def check(tools: Any, tool_choice: Any) -> ToolPlan:
+def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None) -> ToolPlan:
     """OpenAI's rules: each tool {"type": "function", "function": {"name", "description"?, "parameters"?}},
     unique names of [A-Za-z0-9_-]{1,64}; tool_choice "none" | "auto" | "required" | {"type": "function",
     "function": {"name"}} naming a given tool (and only with tools)."""
@@ -112,17 +115,20 @@ def check(tools: Any, tool_choice: Any) -> ToolPlan:
             raise _bad(f"tool_choice: no tool named {f['name']!r} in tools", "tool_choice")
     else:
         raise _bad(f"tool_choice: expected a string or an object, got {type(tool_choice).__name__}", "tool_choice")
-    return ToolPlan(tools, tool_choice)
+    return ToolPlan(tools, tool_choice, parallel_tool_calls)
 
 
 def constrain(params, plan: ToolPlan):
-    """A forced call's arguments sampled under its tool's JSON schema, when the engine takes a json_schema
-    (the grammar engine); else the params unchanged (the opened answer steers the model)."""
-    schema = plan.schema()
-    if schema is None or not hasattr(params, "json_schema"):
-        return params
+    """A forced call ends with its </tool_call> (a hidden stop string: one call is asked for); its arguments
+    are sampled under the tool's JSON schema when the engine takes a json_schema (the grammar engine), else
+    the opened answer steers the model."""
     import dataclasses
-    return dataclasses.replace(params, json_schema=schema)
+    if plan.forced is None:
+        return params
+    params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
+    if hasattr(params, "json_schema"):
+        params = dataclasses.replace(params, json_schema=plan.schema())
+    return params
 
 
 def merge_deltas(deltas: List[dict]) -> dict:
