@@ -6,6 +6,7 @@
 #include "ub_common.h"
 #include "ub_alloc.h"
 #include "ub_kv.h"
+#include "ub_kv_state.h"
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"

@@ -164,16 +164,18 @@ class LLM:
                            template=template)
 
     def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
-             **sampling) -> Completion:
+             parse_special: bool = False, **sampling) -> Completion:
         """One completion of the conversation rendered in the model's chat format (chat_format / template
         choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
-        `stop` strings as in generate."""
+        `stop` strings as in generate. Message contents are tokenized as text (a user's `<|im_end|>` stays
+        text), only the format's markup gives special tokens; parse_special=True parses special-token text in
+        the contents too (llama-cpp-python's way)."""
         tok = self.tokenizer
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        from ubatch.chat.resolve import prompt_ids
-        return self.generate([prompt_ids(tok, fmt(messages))], **sampling)[0]
+        from ubatch.tokenizer.chat_encode import chat_prompt_ids
+        return self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

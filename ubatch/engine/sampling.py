@@ -27,7 +27,7 @@ def _num(name: str, v, lo: float, hi: float = math.inf, *, lo_open: bool = False
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number, got {type(v).__name__}")
     v = float(v)
-    if not math.isfinite(v) and not (v == math.inf and hi == math.inf):
+    if not math.isfinite(v):        # NaN and both infinities (a repeat_penalty of inf would zero every logit)
         raise ValueError(f"{name} must be finite, got {v}")
     if v < lo or v > hi or (lo_open and v == lo):
         raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}], got {v}")

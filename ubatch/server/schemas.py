@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_STRICT = ConfigDict(strict=True, extra="ignore")
+_STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)   # JSON's NaN / Infinity: 400
 
 
 class StreamOptions(BaseModel):
