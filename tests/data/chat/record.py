@@ -85,6 +85,8 @@ def record_jinja():
         md = {} if tpl is None else {"tokenizer.chat_template": tpl}
         out["guess"][tname] = F.guess_chat_format_from_gguf_metadata(md)
     out["constants"] = {k: getattr(F, k) for k in dir(F) if k.endswith(("_CHAT_TEMPLATE", "_BOS_TOKEN", "_EOS_TOKEN"))}
+    out["names"] = sorted(k for k, v in vars(F).items() if not k.startswith("__")
+                          and (getattr(v, "__module__", None) == F.__name__ or k in out["constants"]))
     return out
 
 
