@@ -13,5 +13,6 @@
 #include "ub_tok.h"
 #include "ub_compat.h"
 #include "ub_sampling.h"
+#include "ub_ngram.h"
 
 #endif

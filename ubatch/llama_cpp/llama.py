@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -100,7 +101,7 @@ class LlamaTokenizer:
 
 
 BaseLlamaTokenizer = LlamaTokenizer
-_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters", "draft_model": "speculative decoding",
+_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters",
                 "kv_overrides": "GGUF metadata overrides (kv_overrides)", "rpc_servers": "RPC offload",
                 "tensor_split": "multi-GPU tensor split"}
 
@@ -132,7 +133,14 @@ class Llama:
         self._seed = seed
         self.last_n_tokens_size = last_n_tokens_size
         self.spm_infill = spm_infill
-        self.draft_model = None
+        self.draft_model = draft_model
+        self._draft_state = None
+        if draft_model is not None:
+            if not callable(draft_model):
+                raise ValueError(f"Llama(draft_model=...): {type(draft_model).__name__} is not callable (a "
+                                 f"LlamaDraftModel such as LlamaPromptLookupDecoding)")
+            from ubatch.llama_cpp._speculative import DraftState
+            self._draft_state = DraftState(self)
         self.cache = None
         self.lora_path, self.lora_base, self.lora_scale = None, None, lora_scale
         self.numa = numa
@@ -204,7 +212,9 @@ class Llama:
         self._is_recurrent = self._is_hybrid = False
         self.n_tokens = 0
         self.input_ids = np.ndarray((self._n_ctx,), dtype=np.intc)
-        self.scores = np.ndarray((self._n_ctx if logits_all else self.n_batch, self._n_vocab), dtype=np.single)
+        # every evaluated row's logits are kept when logits_all or draft_model (llama-cpp-python sizes this by
+        # logits_all alone, so a draft_model without logits_all fails once n_batch positions are evaluated)
+        self.scores = np.ndarray((self._n_ctx if self._logits_all else self.n_batch, self._n_vocab), dtype=np.single)
         self._mirostat_mu = ctypes.c_float(2.0 * 5.0)
         self._sampler = None
         self._requires_eval = True
@@ -413,21 +423,41 @@ class Llama:
         if reset:
             self.reset()
         sample_idx = self.n_tokens + len(tokens) - 1
-        while True:
-            self.eval(tokens)
-            while sample_idx < self.n_tokens:
-                token = self.sample(idx=sample_idx)
-                sample_idx += 1
-                if stopping_criteria is not None and stopping_criteria(
-                        self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
-                    return
-                extra = yield token
-                tokens = [token] + (list(extra) if extra is not None else [])
-                if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
-                    self.n_tokens = sample_idx
-                    self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
-                    self._requires_eval = True
-                    break
+        spec = self._draft_state
+        n_draft = 0
+        try:
+            while True:
+                t_eval = time.perf_counter()
+                self.eval(tokens)
+                if spec is not None:
+                    spec.observe_eval(len(tokens), time.perf_counter() - t_eval)
+                matched = 0
+                while sample_idx < self.n_tokens:
+                    token = self.sample(idx=sample_idx)
+                    sample_idx += 1
+                    if stopping_criteria is not None and stopping_criteria(
+                            self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
+                        return
+                    extra = yield token
+                    tokens = [token] + (list(extra) if extra is not None else [])
+                    if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
+                        self.n_tokens = sample_idx
+                        self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
+                        self._requires_eval = True
+                        break
+                    if sample_idx < self.n_tokens:
+                        matched += 1     # the sample equals the evaluated draft token after it
+                if spec is not None:     # llama-cpp-python's draft step, cut by the adaptive policy
+                    spec.verified(n_draft, matched)
+                    drafts = spec.draft(tokens)
+                    n_draft = len(drafts)
+                    tokens = tokens + drafts
+        finally:
+            if spec is not None and self.n_tokens > sample_idx:
+                # the generator stops after a token: draft rows evaluated beyond it leave the KV cache, which
+                # then holds what decoding without the draft holds at this point
+                self.n_tokens = sample_idx
+                self._ctx.kv_cache_seq_rm(0, sample_idx, -1)
 
     # ------------------------------------------------------------------ completions
     def create_completion(self, prompt: Union[str, List[int], List[str], List[List[int]]], suffix: Optional[str] = None,
