@@ -7,6 +7,7 @@
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
     ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
     ubatch bench prefix [ARGS...]                 prefix caching (shared system prompt, chat replay) beside llama_cpp.server
+    ubatch bench speculative [ARGS...]            speculative decoding beside llama-cpp-python (spec_bench.py)
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ KERNEL_BENCHES = {
     "prefix": ("ubatch.bench.prefix_bench", "bench_prefix.py",
                "prefix caching: a shared system prompt and multi-turn chats, with / without the cache, beside "
                "llama-cpp-python's server"),
+    "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",
+                    "exact speculative decoding (prompt lookup) on code-editing / prose prompts beside "
+                    "llama-cpp-python plain and with its LlamaPromptLookupDecoding"),
 }
 
 

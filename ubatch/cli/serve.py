@@ -38,6 +38,10 @@ def add_parser(sub) -> None:
     p.add_argument("--chat-format", default=None, metavar="NAME",
                    help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
                         "(llama-cpp-python's names; see the README's chat formats table)")
+    p.add_argument("--draft", default=None, metavar="prompt-lookup|MODEL",
+                   help="exact speculative decoding: 'prompt-lookup', or a draft model (name or GGUF path) sharing "
+                        "the vocabulary; the output is the same token for token")
+    p.add_argument("--draft-max", type=int, default=d.draft_max, help=f"longest draft (default {d.draft_max})")
     p.add_argument("--chat-parse-special", action="store_true",
                    help="parse special-token text inside chat message contents (llama.cpp's server does; by "
                         "default contents are text and only the template's markup gives special tokens)")
@@ -55,7 +59,8 @@ def add_parser(sub) -> None:
 
 
 def config_from(args) -> ServerConfig:
-    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit"):
+    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit",
+                 "draft_max"):
         if getattr(args, name) < 1:
             raise SystemExit(f"ubatch serve: --{name.replace('_', '-')} must be at least 1")
     for name in ("header_timeout", "body_timeout"):
@@ -72,7 +77,8 @@ def config_from(args) -> ServerConfig:
                         chat_parse_special=args.chat_parse_special,
                         allowed_hosts=split(args.allowed_hosts) or None, cors_origins=split(args.cors_origins),
                         header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells)
+                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells,
+                        draft=args.draft, draft_max=args.draft_max)
 
 
 def run(args) -> int:

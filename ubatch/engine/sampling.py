@@ -63,6 +63,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0          # minus count x this, for tokens in the penalty window
     presence_penalty: float = 0.0           # minus this, for tokens in the penalty window
     logit_bias: Optional[Dict[int, float]] = None   # token id -> added to its logit first (-inf bans it)
+    speculative: bool = True                # with an engine draft: False decodes this request without draft rows
 
     @property
     def penalised(self) -> bool:
@@ -93,6 +94,8 @@ class SamplingParams:
         p.repeat_last_n = _integer("repeat_last_n", p.repeat_last_n, -1)
         if not isinstance(p.ignore_eos, (bool, np.bool_)):
             raise ValueError(f"ignore_eos must be a bool, got {type(p.ignore_eos).__name__}")
+        if not isinstance(p.speculative, (bool, np.bool_)):
+            raise ValueError(f"speculative must be a bool, got {type(p.speculative).__name__}")
         p.frequency_penalty = _num("frequency_penalty", p.frequency_penalty, -math.inf)
         p.presence_penalty = _num("presence_penalty", p.presence_penalty, -math.inf)
         if p.logit_bias is not None:
