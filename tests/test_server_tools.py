@@ -167,6 +167,12 @@ def test_qwen_chooses_a_call():
         tcs = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
         assert [(t.function.name, t.function.arguments) for t in tcs] == [("get_weather", call.function.arguments)]
         assert parts[-1].choices[0].finish_reason == "tool_calls"
+        # a forced call: the model writes the arguments of the opened call, cut at their JSON value
+        r = cl.chat.completions.create(model="qwen2.5-0.5b", messages=[{"role": "user", "content": "Add 2 and 3."}],
+                                       tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
+                                       max_tokens=24, temperature=0)
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name == "add" and json.loads(call.function.arguments) == {"a": 2, "b": 3}
 
 
 def test_tool_plan_answers():
@@ -179,8 +185,15 @@ def test_tool_plan_answers():
     assert S.check(TOOLS, "auto").message("just text", "stop") == ({"role": "assistant", "content": "just text"},
                                                                    "stop")
     forced = S.check(TOOLS, {"type": "function", "function": {"name": "add"}})
-    msg, fin = forced.message(' {"a": 1', "length")                  # cut by max_tokens: said so
+    assert forced.prefix == '<tool_call>\n{"name": "add", "arguments": {"'       # the arguments opened
+    msg, fin = forced.message('a": 1', "length")                      # cut by max_tokens: said so
     assert fin == "length" and msg["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1'}
+    msg, fin = forced.message('a": 1, "b": 2}}\n', "stop")
+    assert fin == "tool_calls" and msg["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": 2}'
+    ts = forced.stream()
+    deltas = ts.feed('a": 1}') + ts.finish()[0]
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas) == '{"a": 1}'
+    assert deltas[0]["tool_calls"][0]["function"]["name"] == "add"
     req = S.check(TOOLS, "required")                                  # several tools: the model names one
     assert req.prefix == "<tool_call>\n" and req.forced is None
     assert req.message('{"name": "add", "arguments": {"b": 2}}\n</tool_call>', "stop")[0]["tool_calls"][0][

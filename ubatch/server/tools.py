@@ -24,8 +24,12 @@ class ToolPlan:
         self.forced = T.forced_name(self.tools, choice) if self.tools else None
         self.required = self.tools is not None and self.forced is None and choice == "required"
         self.names = T.tool_names(self.tools) if self.tools else []
+        self.args_head = ""        # the start of a forced call's arguments written for the model
         if self.forced is not None:
-            self.prefix = T.forced_prefix(self.forced)
+            schema = T.arguments_schema(self.tools, self.forced)
+            if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
+                self.args_head = '{"' if schema.get("properties") else "{"
+            self.prefix = T.forced_prefix(self.forced) + self.args_head
         elif self.required:
             self.prefix = T.OPEN + "\n"
         else:
@@ -46,7 +50,7 @@ class ToolPlan:
     def message(self, text: str, finish_reason: Optional[str]) -> Tuple[dict, Optional[str]]:
         """The assistant message of a generated text and the choice's finish_reason."""
         if self.forced is not None:
-            calls = [{"name": self.forced, "arguments": T.forced_arguments(text)}]
+            calls = [{"name": self.forced, "arguments": T.forced_arguments(self.args_head + text)}]
             content = None
         else:
             content, calls = T.parse(self.prefix + text, self.names)
@@ -63,6 +67,8 @@ class ToolPlan:
         ts = T.ToolStream(self.names, self.forced, max_calls=None if self.parallel else 1)
         if self.required:
             ts.feed(self.prefix)
+        elif self.args_head:
+            ts.text = self.args_head              # the arguments' start, sent with the first delta
         return ts
 
 
