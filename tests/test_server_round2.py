@@ -68,6 +68,19 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
 
 
+# ---- item 1 -----------------------------------------------------------------------------------------------
+def test_long_stop_strings_over_http(server):
+    # four 20,000-character stops that never match: the same completion as without them (the old matcher
+    # spent ~10^10 character compares on these 64 tokens; the cost is counted in test_stop_matching.py)
+    stops = [chr(ord("a") + k) * 19_999 + "!" for k in range(4)]
+    with server.client(timeout=120) as c:
+        plain = c.post(C, json=_cmpl(max_tokens=64, return_token_ids=True))
+        long_ = c.post(C, json=_cmpl(max_tokens=64, return_token_ids=True, stop=stops))
+    assert plain.status_code == long_.status_code == 200, long_.text
+    a, b = plain.json()["choices"][0], long_.json()["choices"][0]
+    assert a["text"] == b["text"] and a["token_ids"] == b["token_ids"]
+
+
 # ---- item 5 -----------------------------------------------------------------------------------------------
 def test_idle_sockets_do_not_lock_the_server_out(server):
     idle = [socket.create_connection(_addr(server)) for _ in range(200)]
