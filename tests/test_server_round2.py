@@ -232,7 +232,7 @@ class Fatal(BaseException):
 
 
 class ThreadServer:
-    def __init__(self) -> None:
+    def __init__(self, where: str = "step") -> None:
         import ubatch
         from ubatch.engine.llm_engine import LLMEngine
         from ubatch.server.app import create_app
@@ -240,15 +240,15 @@ class ThreadServer:
         from ubatch.server.state import ServerState
         cfg = ServerConfig(model="tiny-llama", parallel=2, n_ctx=256)
         self.engine = LLMEngine(ubatch.models.tiny_llama(), n_ctx=cfg.n_ctx, n_seq_max=2, kv_unified=True)
-        real = self.engine.step
+        real = getattr(self.engine, where)
         self.poison = threading.Event()
 
-        def step():
+        def poisoned(*a, **kw):
             if self.poison.is_set():
                 raise Fatal("/secret/path/engine.py exploded")
-            return real()
+            return real(*a, **kw)
 
-        self.engine.step = step
+        setattr(self.engine, where, poisoned)       # step: a request in flight; add_request: one just taken
         self.state = ServerState(cfg, self.engine)
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.state), host="127.0.0.1", port=0,
                                                     log_level="critical", lifespan="on"))
@@ -265,8 +265,9 @@ class ThreadServer:
         self.thread.join(30)
 
 
-def test_dead_engine_thread_gives_503_and_health_says_so():
-    srv = ThreadServer()
+@pytest.mark.parametrize("where", ["step", "add_request"])
+def test_dead_engine_thread_gives_503_and_health_says_so(where):
+    srv = ThreadServer(where)
     try:
         with httpx.Client(base_url=srv.url, timeout=30) as c:
             body = {"model": "tiny-llama", "prompt": [1, 2, 3], "max_tokens": 200, "temperature": 0}
