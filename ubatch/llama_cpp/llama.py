@@ -130,7 +130,7 @@ class Llama:
                 raise NotImplementedError(f"Llama({name}=...): {what} is not supported by ubatch.llama_cpp")
         self.verbose = verbose
         self.model_path = model_path
-        self._seed = seed
+        self._seed = seed or LLAMA_DEFAULT_SEED       # 0.3.36: seed=0 means the default (random) seed
         self.last_n_tokens_size = last_n_tokens_size
         self.spm_infill = spm_infill
         self.draft_model = draft_model
@@ -190,6 +190,8 @@ class Llama:
         self.n_seq_max = int(cp.n_seq_max)
         self._batched = n_seq_max is not None and self.n_seq_max > 1
 
+        from ubatch.llama_cpp._context import check_rope
+        check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
