@@ -216,3 +216,20 @@ def test_tool_history_round_trip(server, client):
     from ubatch.engine.byte_tokenizer import ByteTokenizer
     want = CT.render(resolve_for(ByteTokenizer()), [dict(m) for m in hist], TOOLS, "auto").prompt
     assert "<tool_response>\nsunny\n</tool_response>" in want and r.usage.prompt_tokens == len(want.encode())
+
+
+def test_serve_chat_format_flag():
+    """--chat-format NAME: the server renders with that registry format; an unknown name stops the start-up
+    with the valid names."""
+    import subprocess
+    import sys
+    from child_process import CHILD_CWD, child_env
+    from ubatch.chat.formats import FORMATTERS
+    with ServerProcess("--parallel", "1", "--chat-format", "chatml") as s:
+        cl = openai.OpenAI(base_url=s.url + "/v1", api_key="-", max_retries=0, timeout=60)
+        r = cl.chat.completions.create(model="tiny-llama", messages=MSGS, max_tokens=2, temperature=0)
+        assert r.usage.prompt_tokens == len(FORMATTERS["chatml"](messages=MSGS).prompt.encode())
+    p = subprocess.run([sys.executable, "-m", "ubatch", "serve", "--model", "tiny-llama", "--port", "0",
+                        "--chat-format", "nope"], cwd=CHILD_CWD, env=child_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "unknown chat format 'nope'" in p.stderr and "chatml" in p.stderr
