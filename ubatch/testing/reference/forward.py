@@ -25,13 +25,18 @@ _CHUNK = 1 << 24          # weight elements dequantised at a time (64 MB of floa
 
 
 class _Fwd:
-    def __init__(self, m: RefModel, mode: str, kv: str, noise: Optional[tuple] = None) -> None:
+    def __init__(self, m: RefModel, mode: str, kv: str, noise: Optional[tuple] = None,
+                 dtype=np.float64, rope: str = "exact") -> None:
         if mode not in ("exact", "emulate"):
             raise ValueError(f"mode must be 'exact' or 'emulate', got {mode!r}")
         if kv not in ("f32", "f16"):
             raise ValueError(f"kv must be 'f32' or 'f16', got {kv!r}")
         self.m, self.hp, self.emulate, self.kv16 = m, m.hp, mode == "emulate", kv == "f16"
         self.rng, self.eps = (np.random.default_rng(noise[0]), float(noise[1])) if noise else (None, 0.0)
+        self.dt = np.dtype(dtype)
+        if rope not in ("exact", "f32"):
+            raise ValueError(f"rope must be 'exact' or 'f32', got {rope!r}")
+        self.rope_f32 = rope == "f32"
 
     def jitter(self, a: np.ndarray) -> np.ndarray:
         """With noise: a x (1 + eps N(0, 1)) elementwise, the input of a format rounding seen through a
@@ -45,14 +50,14 @@ class _Fwd:
         m = self.m
         wt = m.wtype(name)
         kind = actquant.act_kind(wt)
-        xq = actquant.quantize(self.jitter(x), kind) if self.emulate else x
+        xq = (actquant.quantize(self.jitter(x), kind) if self.emulate else x).astype(self.dt)
         rows = m.n_rows(name)
         step = max(1, _CHUNK // max(1, x.shape[1]))
-        out = np.empty((x.shape[0], rows), np.float64)
+        out = np.empty((x.shape[0], rows), self.dt)
         sums = actquant.q8_1_sums(x) if (self.emulate and kind == "q8_1") else None
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
-            w = m.dequant(name, r0, r1).astype(np.float64)
+            w = m.dequant(name, r0, r1).astype(self.dt)
             out[:, r0:r1] = xq @ w.T
             if sums is not None:   # the dot uses s = fp16(d * sum q), not the dequantised values' sum
                 out[:, r0:r1] += (sums[1] - sums[0]) @ m.block_mins(name, r0, r1).T
@@ -60,20 +65,29 @@ class _Fwd:
 
     def bias(self, y: np.ndarray, name: str) -> np.ndarray:
         b = self.m.vector(name)
-        return y if b is None else y + b
+        return y if b is None else y + b.astype(self.dt)
 
     def norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        w = self.m.vector(name)
-        ms = np.mean(x * x, axis=-1, keepdims=True)
-        return x / np.sqrt(ms + self.hp.rms_eps) * w
+        w = self.m.vector(name).astype(self.dt)
+        ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float64).astype(self.dt)
+        return x / np.sqrt(ms + self.dt.type(self.hp.rms_eps)) * w
 
     def rope(self, x: np.ndarray, pos: np.ndarray, base: float, scale: float) -> np.ndarray:
         """x float64[n, heads, d]: exact angles p * scale * base^(-2i/d)."""
         d = x.shape[-1]
         half = d // 2
-        inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / d)
-        th = (pos.astype(np.float64)[:, None] * scale) * inv[None, :]          # [n, half]
-        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        if self.rope_f32:     # ggml's angles: theta_scale = powf(base, -2/d), theta *= theta_scale in float32
+            ts = np.float32(base) ** np.float32(-2.0 / d)
+            th = np.empty((pos.size, half), np.float32)
+            t = pos.astype(np.float32)
+            for i in range(half):
+                th[:, i] = np.float32(scale) * t
+                t = (t * ts).astype(np.float32)
+            th = th.astype(np.float64)
+        else:
+            inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / d)
+            th = (pos.astype(np.float64)[:, None] * scale) * inv[None, :]          # [n, half]
+        c, s = np.cos(th)[:, None, :].astype(self.dt), np.sin(th)[:, None, :].astype(self.dt)
         y = x.copy()
         if self.hp.rope_type == ROPE_NORM:
             a, b = x[..., 0::2], x[..., 1::2]
@@ -84,7 +98,7 @@ class _Fwd:
         return y
 
     def f16(self, a: np.ndarray) -> np.ndarray:
-        return self.jitter(a).astype(np.float32).astype(np.float16).astype(np.float64)
+        return self.jitter(a).astype(np.float32).astype(np.float16).astype(self.dt)
 
     def attention(self, q, k, v, pos, swa: bool, kq_scale: float) -> np.ndarray:
         """q [n, H, d], k/v [n, Hkv, d] -> [n, H*d]; causal, plus the window 0 <= p_q - p_k < n_swa."""
@@ -97,14 +111,14 @@ class _Fwd:
         vis = dp >= 0
         if swa and hp.n_swa > 0:
             vis &= dp < hp.n_swa
-        out = np.empty((n, H, v.shape[2]), np.float64)
+        out = np.empty((n, H, v.shape[2]), self.dt)
         for h in range(H):
             kh, vh = k[:, h // g, :], v[:, h // g, :]
-            s = (q[:, h, :] @ kh.T) * kq_scale
+            s = (q[:, h, :] @ kh.T) * self.dt.type(kq_scale)
             s = np.where(vis, s, -np.inf)
             s -= s.max(axis=1, keepdims=True)
             p = np.exp(s)
-            p /= p.sum(axis=1, keepdims=True)
+            p /= p.sum(axis=1, keepdims=True, dtype=np.float64).astype(self.dt)
             if self.emulate and self.kv16:
                 p = self.f16(p)
             out[:, h, :] = p @ vh
@@ -116,7 +130,7 @@ class _Fwd:
         if not self.emulate:
             return g(a)
         t = self.f16(g(self.f16(a)))
-        return np.where(a <= -10.0, 0.0, np.where(a >= 10.0, a, t))
+        return np.where(a <= -10.0, 0.0, np.where(a >= 10.0, a, t)).astype(self.dt)
 
     # the graphs
     def run(self, tokens: np.ndarray, out_rows: np.ndarray, trace: Optional[dict]) -> np.ndarray:
@@ -124,8 +138,8 @@ class _Fwd:
         n = tokens.size
         pos = np.arange(n, dtype=np.int64)
         ids = np.asarray(tokens, dtype=np.int64)
-        emb = np.stack([m.dequant("token_embd.weight", int(t), int(t) + 1)[0] for t in ids]).astype(np.float64)
-        x = emb * hp.embd_scale
+        emb = np.stack([m.dequant("token_embd.weight", int(t), int(t) + 1)[0] for t in ids]).astype(self.dt)
+        x = emb * self.dt.type(hp.embd_scale)
         H, Hkv, d = hp.n_head, hp.n_head_kv, hp.head_dim
         gemma = hp.arch == "gemma3"
         for il in range(hp.n_layer):
@@ -139,7 +153,7 @@ class _Fwd:
             base, scale = hp.rope(il)
             q, k = self.rope(q, pos, base, scale), self.rope(k, pos, base, scale)
             if gemma:
-                q = q * hp.q_scale
+                q = q * self.dt.type(hp.q_scale)
             a = self.attention(q, k, v, pos, hp.swa[il], hp.kq_scale)
             a = self.bias(self.mm(a, p + "attn_output.weight"), p + "attn_output.bias")
             if gemma:
@@ -167,16 +181,20 @@ class _Fwd:
 
 def forward(model: RefModel, tokens: Sequence[int], *, mode: str = "emulate", kv: str = "f32",
             out_rows: Optional[Sequence[int]] = None, trace: Optional[dict] = None,
-            noise: Optional[tuple] = None) -> np.ndarray:
+            noise: Optional[tuple] = None, dtype=np.float64, rope: str = "exact") -> np.ndarray:
     """Logits float64[len(out_rows), n_vocab] of one sequence decoded from position 0 (out_rows: indices
     into tokens, default all). trace, if a dict, receives "x": the residual stream after each layer.
     noise = (seed, eps): every input of a format rounding (activation quantisation, f16 K/V / Q / P, the
     GELU table) is multiplied by 1 + eps N(0, 1) first: one member of the ensemble that measures how far
-    float32-sized differences alone move the logits (the noise floor of any float32 implementation)."""
+    float32-sized differences alone move the logits (the noise floor of any float32 implementation).
+    dtype=np.float32 runs the same graph in float32 arithmetic (numpy / BLAS order): one more float32
+    implementation, whose distance to the float64 reference is another sample of that floor.
+    rope="f32" takes ggml's RoPE angles instead of the exact ones (float32 theta_scale = powf(base, -2/d),
+    theta multiplied by it pair after pair in float32): what those angles alone cost."""
     toks = np.asarray(list(tokens), dtype=np.int64)
     if toks.ndim != 1 or toks.size == 0:
         raise ValueError("tokens must be a non-empty sequence of ids")
     if toks.min() < 0 or toks.max() >= model.hp.n_vocab:
         raise ValueError(f"token ids must lie in [0, {model.hp.n_vocab})")
     rows = np.arange(toks.size) if out_rows is None else np.asarray(list(out_rows), dtype=np.int64)
-    return _Fwd(model, mode, kv, noise).run(toks, rows, trace)
+    return _Fwd(model, mode, kv, noise, dtype, rope).run(toks, rows, trace).astype(np.float64)
