@@ -50,14 +50,21 @@ def _is_one_token_prompt(p) -> bool:
 
 class LLM:
     """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
-    max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams)."""
+    max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams).
+    enable_prefix_caching (default True): reuse the K/V of earlier prompts' shared prefixes (bitwise the same
+    outputs); prefix_cache_max_cells bounds the cells the cache may hold (None: the KV cache, evicted on demand).
+    draft= enables exact speculative decoding ("prompt-lookup", a LlamaDraftModel-like callable, or a model /
+    GGUF path sharing the vocabulary; ubatch/engine/speculative.py), draft_max bounds the draft length;
+    speculative=False opts a call out. The output is the same token for token with or without a draft."""
 
     def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
-                 tokenizer=None) -> None:
+                 tokenizer=None, enable_prefix_caching: bool = True, prefix_cache_max_cells: Optional[int] = None,
+                 draft=None, draft_max: int = 16) -> None:
         self.engine = LLMEngine(load_model(model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                                 n_seq_max=n_seq_max, kv_unified=kv_unified, type_k=type_k, type_v=type_v,
-                                n_threads=n_threads, tokenizer=tokenizer)
+                                n_threads=n_threads, tokenizer=tokenizer, enable_prefix_caching=enable_prefix_caching,
+                                prefix_cache_max_cells=prefix_cache_max_cells, draft=draft, draft_max=draft_max)
 
     @property
     def model(self):
@@ -150,15 +157,28 @@ class LLM:
             if not done:
                 self.engine.abort_request(rid)
 
-    def chat(self, messages: List[dict], **sampling) -> Completion:
-        """One completion of the conversation rendered with the model's chat template."""
-        tok = self.tokenizer
-        if tok is None:
+    def chat_format(self, chat_format: Optional[str] = None, template: Optional[str] = None):
+        """The chat format chat() renders with (ubatch.chat.resolve: a named format or Jinja template, else the
+        GGUF's template or the format guessed from it, else the architecture's, else "llama-2")."""
+        from ubatch.chat.resolve import resolve_for
+        if self.tokenizer is None:
             raise ValueError("chat needs a tokenizer (this model has none)")
+        return resolve_for(self.tokenizer, getattr(self.model, "arch", None), chat_format=chat_format,
+                           template=template)
+
+    def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
+             parse_special: bool = False, **sampling) -> Completion:
+        """One completion of the conversation rendered in the model's chat format (chat_format / template
+        choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
+        `stop` strings as in generate. Message contents are tokenized as text (a user's `<|im_end|>` stays
+        text), only the format's markup gives special tokens; parse_special=True parses special-token text in
+        the contents too (llama-cpp-python's way)."""
+        tok = self.tokenizer
+        fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        text = tok.apply_chat_template(messages, add_generation_prompt=True)
-        return self.generate([text], **sampling)[0]
+        from ubatch.tokenizer.chat_encode import chat_prompt_ids
+        return self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

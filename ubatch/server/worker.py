@@ -89,6 +89,7 @@ class EngineWorker:
         self._live: Dict[str, _Job] = {}           # engine thread only
         self._stop = False
         self.draining = False
+        self.dead: Optional[str] = None            # why the engine thread stopped unexpectedly (None: it did not)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
@@ -105,6 +106,9 @@ class EngineWorker:
         h = Handle(f"{kind}-{next(self._ids)}-{time.monotonic_ns() % 10**9}", kind, events, tag)
         h.field = field
         with self._lock:
+            if self.dead is not None or not self.alive():
+                raise APIError(503, "the engine thread has stopped; the server cannot generate (see /health)",
+                               code="engine_dead")
             if self._stop or self.draining:
                 raise APIError(503, "the server is shutting down and accepts no new requests",
                                code="shutting_down", headers={"Retry-After": str(self.retry_after)})
@@ -132,6 +136,13 @@ class EngineWorker:
         with self._lock:
             self._cancels.append(handle.rid)
             self._lock.notify()
+
+    def alive(self) -> bool:
+        """False once the engine thread was started and is gone without being asked to stop."""
+        if self.dead is not None:
+            return False
+        t = self._thread
+        return t is None or t.is_alive() or self._stop
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -161,6 +172,28 @@ class EngineWorker:
             self._inflight -= n
 
     def _run(self) -> None:
+        try:
+            self._loop_forever()
+        except BaseException as e:   # the engine thread must not vanish silently: fail everything, refuse more
+            log.critical("the engine thread died: %s\n%s", e, traceback.format_exc())
+            self._die(e)
+
+    def _die(self, exc: BaseException) -> None:
+        err = APIError(503, "the engine thread has stopped; the server cannot generate (see /health)",
+                       code="engine_dead")
+        with self._lock:
+            self.dead = type(exc).__name__
+            inbox, self._inbox = self._inbox, []
+            self._cancels = []
+        posts = [(job.handle, ("error", err)) for job in inbox]
+        posts += [(job.handle, ("error", err)) for job in self._live.values()]
+        self._live.clear()
+        with self._lock:
+            self._inflight = 0
+        self.metrics.event("step_failures")
+        self._post(posts)
+
+    def _loop_forever(self) -> None:
         eng = self.engine
         while True:
             with self._lock:
@@ -219,7 +252,8 @@ class EngineWorker:
             return
         except Exception as e:
             log.exception("add_request failed")
-            posts.append((h, ("error", APIError(500, f"the engine refused the request: {e}"))))
+            posts.append((h, ("error", APIError(500, "the engine could not take the request (internal error; "
+                                                     "see the server log)"))))
             self._release()
             return
         self._live[h.rid] = job
@@ -237,7 +271,8 @@ class EngineWorker:
             posts.append((job.handle, ("error", APIError(400, str(e), param="input"))))
         except Exception as e:
             log.exception("embedding failed")
-            posts.append((job.handle, ("error", APIError(500, f"embedding failed: {e}"))))
+            posts.append((job.handle, ("error", APIError(500, "embedding failed (internal error; see the server "
+                                                              "log)"))))
         finally:
             self._release()
 
@@ -275,7 +310,7 @@ class EngineWorker:
         self.metrics.event("step_failures")
         log.error("engine step failed: %s\n%s", exc, traceback.format_exc())
         queued = self._waiting_ids()
-        err = APIError(500, f"decoding failed: {type(exc).__name__}: {exc}", code="decode_failed")
+        err = APIError(500, "decoding failed (internal error; see the server log)", code="decode_failed")
         for rid, job in list(self._live.items()):
             if rid in queued:
                 continue
