@@ -12,6 +12,13 @@ from ubatch.chat import tools as T
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def engine_constrains() -> bool:
+    """The engine samples under a JSON schema (SamplingParams.json_schema: the grammar engine is built in)."""
+    import dataclasses
+    from ubatch.engine.sampling import SamplingParams
+    return any(f.name == "json_schema" for f in dataclasses.fields(SamplingParams))
+
+
 class ToolPlan:
     """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
     suffix that opens the answer for the model, the names a call may use."""
@@ -24,7 +31,8 @@ class ToolPlan:
         self.required = self.tools is not None and self.forced is None and choice == "required"
         self.names = T.tool_names(self.tools) if self.tools else []
         self.args_head = ""        # the start of a forced call's arguments written for the model
-        if self.forced is not None:
+        self.constrained = self.forced is not None and engine_constrains()
+        if self.forced is not None and not self.constrained:
             schema = T.arguments_schema(self.tools, self.forced)
             if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
                 self.args_head = '{"' if schema.get("properties") else "{"

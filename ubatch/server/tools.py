@@ -27,7 +27,7 @@ def constrain(params, plan: ToolPlan):
     if plan.forced is None:
         return params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
-    if hasattr(params, "json_schema"):
+    if plan.constrained:
         params = dataclasses.replace(params, json_schema=plan.schema())
     return params
 
