@@ -36,10 +36,10 @@ class ToolPlan:
         self.names = T.tool_names(self.tools) if self.tools else []
         self.args_head = ""        # the start of a forced call's arguments written for the model
         self.constrained = self.forced is not None and constrained
-        if self.forced is not None and not self.constrained:
+        if self.forced is not None:
             schema = T.arguments_schema(self.tools, self.forced)
-            if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
-                self.args_head = '{"' if schema.get("properties") else "{"
+            if not self.constrained and schema.get("type", "object") == "object":
+                self.args_head = '{"' if schema.get("properties") else "{"    # (small models write `5` else)
             self.prefix = T.forced_prefix(self.forced) + self.args_head
         elif self.required:
             self.prefix = T.OPEN + "\n"
