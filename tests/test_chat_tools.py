@@ -58,7 +58,8 @@ def _cases():
         out += [("functionary-v2", f"functionary-v2|{cname}", kw, texts, False, fv),
                 ("functionary-v2", f"functionary-v2|{cname}|stream", kw, texts, True, fv)]
     for cname, (kw, texts) in C.FUNCTIONARY_V1_CASES.items():
-        out.append(("functionary-v1", f"functionary-v1|{cname}", kw, texts, False, dict(fv, v1=True)))
+        out += [("functionary-v1", f"functionary-v1|{cname}", kw, texts, False, dict(fv, v1=True)),
+                ("functionary-v1", f"functionary-v1|{cname}|stream", kw, texts, True, dict(fv, v1=True))]
     forced = {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,
               "tool_choice": {"type": "function", "function": {"name": "add"}}, "stop": ["X"]}
     out += [("chatml", "chatml|forced", forced, ['{"a": 1, "b": 2}'], False, {}),
