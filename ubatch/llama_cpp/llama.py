@@ -123,7 +123,7 @@ class Llama:
                  lora_scale: float = 1.0, lora_path=None, numa=False, chat_format: Optional[str] = None,
                  chat_handler=None, draft_model=None, tokenizer=None, type_k: Optional[int] = None,
                  type_v: Optional[int] = None, spm_infill: bool = False, verbose: bool = True,
-                 n_seq_max: Optional[int] = None, **kwargs) -> None:
+                 n_seq_max: Optional[int] = None, prefix_cache: bool = True, **kwargs) -> None:
         for name, what in _UNSUPPORTED.items():
             v = locals().get(name)
             if v:
@@ -142,6 +142,7 @@ class Llama:
             from ubatch.llama_cpp._speculative import DraftState
             self._draft_state = DraftState(self)
         self.cache = None
+        self.prefix_cache = bool(prefix_cache)   # ubatch: prefix reuse across the batched paths' requests
         self.lora_path, self.lora_base, self.lora_scale = None, None, lora_scale
         self.numa = numa
         self._use_mlock = bool(use_mlock)
@@ -332,13 +333,25 @@ class Llama:
             chunk = list(tokens[i: min(len(tokens), i + self.n_batch)])
             n_past, n = self.n_tokens, len(chunk)
             self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=self._logits_all)
-            self._ctx.decode(self._batch)
+            self._decode_chunk(n)
             self.input_ids[n_past: n_past + n] = chunk
             if self._logits_all:
                 logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
                 self.scores[n_past: n_past + n, :].reshape(-1)[:] = logits
             self.n_tokens += n
             self._requires_eval = False
+
+    def _decode_chunk(self, n: int) -> None:
+        """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
+        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
+        pre = self._parallel.prefix if self._parallel is not None else None
+        while True:
+            rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            if rc == 1 and pre is not None and pre.evict_for(n):
+                continue
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            return
 
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
