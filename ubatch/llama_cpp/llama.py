@@ -693,7 +693,8 @@ class Llama:
                     lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
                     chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
                     type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
-                    n_seq_max=self.n_seq_max if self._batched else None)
+                    n_seq_max=self.n_seq_max if self._batched else None,
+                    prefix_cache=getattr(self, "prefix_cache", True))
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)
