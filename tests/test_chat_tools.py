@@ -116,8 +116,8 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
     forced = {"type": "function", "function": {"name": "add"}}
     try:
         r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice=forced, max_tokens=8)
-    except NotImplementedError as e:           # until the grammar engine is in this build
-        assert "GBNF" in str(e) or "grammar" in str(e)
+    except (NotImplementedError, ValueError) as e:   # no grammar engine, or one that needs a real vocabulary
+        assert any(w in str(e) for w in ("GBNF", "grammar", "tokenizer", "vocab")), e
     else:
         (call,) = r["choices"][0]["message"]["tool_calls"]
         assert call["function"]["name"] == "add" and r["choices"][0]["finish_reason"] == "tool_calls"

@@ -647,6 +647,8 @@ class Llama:
             self.n_tokens = state.n_tokens
             self._requires_eval = True
             self._seed = state.seed
+            if self._parallel is not None and self._parallel.prefix is not None:
+                self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
 
     def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
