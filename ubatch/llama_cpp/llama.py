@@ -566,6 +566,21 @@ class Llama:
                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                        logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
 
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
+        """create_chat_completion's result as the openai package's types (ChatCompletion, or a generator of
+        ChatCompletionChunk when stream=True), as 0.3.36; needs `pip install openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError as e:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package. "
+                              "You can install it with `pip install openai`.") from e
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError("stream must be a bool")
+        if stream:
+            return (ChatCompletionChunk(**c) for c in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
+
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
@@ -680,7 +695,8 @@ class Llama:
                     lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
                     chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
                     type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
-                    n_seq_max=self.n_seq_max if self._batched else None)
+                    n_seq_max=self.n_seq_max if self._batched else None,
+                    prefix_cache=getattr(self, "prefix_cache", True))
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)
