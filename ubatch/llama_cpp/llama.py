@@ -355,11 +355,15 @@ class Llama:
 
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
-                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None):
+                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None,
+                      input_ids=None):
+        """input_ids: () -> the token ids the logits processors see (default: this context's evaluated tokens;
+        the batched paths give each choice its own)."""
         seed = self._seed if seed is None else seed
         s = internals.LlamaSampler()
         if logits_processor is not None:
-            input_ids = lambda: self._input_ids  # noqa: E731
+            if input_ids is None:
+                input_ids = lambda: self._input_ids  # noqa: E731
 
             def apply_func(cur_p):
                 size = cur_p.contents.size
@@ -495,8 +499,7 @@ class Llama:
             raise NotImplementedError("create_completion(grammar=...): grammar-constrained sampling is not "
                                       "implemented in ubatch.llama_cpp")
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
-        single_only = any(args.get(k) is not None for k in ("logprobs", "logits_processor", "stopping_criteria",
-                                                              "logit_bias"))
+        single_only = args.get("logprobs") is not None
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:
