@@ -12,5 +12,6 @@
 #include "ub_tok.h"
 #include "ub_compat.h"
 #include "ub_sampling.h"
+#include "ub_grammar.h"
 
 #endif
