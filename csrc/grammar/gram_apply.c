@@ -418,14 +418,20 @@ int ub_gstate_accept_token(ub_gstate *s, int32_t token) {
     ub_grammar *g = s->g;
     const ub_gvocab *v = g->vocab;
     pthread_mutex_lock(&g->mu);
+    int eog = v->eog[token], ok = g->sets[s->set].has_empty;
+    pthread_mutex_unlock(&g->mu);
+    if (eog) return ok ? UB_OK : UB_E_GRAMMAR_REJECT;
+    return ub_gstate_accept_piece(s, token, v->bytes + v->off[token], v->off[token + 1] - v->off[token]);
+}
+
+/* piece p[n] (cut at a NUL): llama_grammar_accept_token(grammar, token, piece) */
+int ub_gstate_accept_piece(ub_gstate *s, int32_t token, const uint8_t *p, int64_t n) {
+    if (!s || (!p && n > 0) || n < 0) return UB_E_ARG;
+    ub_grammar *g = s->g;
+    pthread_mutex_lock(&g->mu);
     int rc = UB_OK;
-    if (v->eog[token]) {
-        rc = g->sets[s->set].has_empty ? UB_OK : UB_E_GRAMMAR_REJECT;
-        pthread_mutex_unlock(&g->mu);
-        return rc;
-    }
     uint32_t *cps; int64_t k; gdec fin;
-    if (decode_piece(v->bytes + v->off[token], v->off[token + 1] - v->off[token], s->pval, s->prem, &cps, &k, &fin)) {
+    if (decode_piece(p, n, s->pval, s->prem, &cps, &k, &fin)) {
         pthread_mutex_unlock(&g->mu);
         return UB_E_NOMEM;
     }

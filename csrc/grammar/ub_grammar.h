@@ -86,6 +86,8 @@ int ub_gstate_allows(ub_gstate *s, int32_t token);
  * (llama.cpp throws) or is an end-of-generation token while no stack is empty (llama.cpp aborts); UB_E_ARG for
  * a bad id. A failed call leaves the state as it was. */
 int ub_gstate_accept_token(ub_gstate *s, int32_t token);
+/* llama_grammar_accept_token with an explicit piece p[n] (a lazy grammar's replay of part of a token). */
+int ub_gstate_accept_piece(ub_gstate *s, int32_t token, const uint8_t *p, int64_t n);
 /* llama_grammar_accept_str: advance by the code points of bytes b[n] (cut at a NUL). UB_OK or
  * UB_E_GRAMMAR_REJECT (state unchanged). */
 int ub_gstate_accept_bytes(ub_gstate *s, const uint8_t *b, int64_t n);

@@ -217,6 +217,11 @@ class GrammarState:
             raise ValueError(f"token id {t} out of range [0, {n})")
         _check(lib.ub_gstate_accept_token(self._h, t), f"token {t}")
 
+    def accept_piece(self, token: int, piece: bytes) -> None:
+        """llama_grammar_accept_token with an explicit piece (a lazy grammar replaying part of a token)."""
+        b = bytes(piece)
+        _check(lib.ub_gstate_accept_piece(self._h, int(token), b, len(b)), f"token {int(token)}")
+
     def accept_text(self, text: Union[str, bytes]) -> None:
         """llama_grammar_accept_str: advance by the code points of text."""
         b = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)

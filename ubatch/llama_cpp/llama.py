@@ -20,6 +20,7 @@ from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
 from ubatch.llama_cpp.llama_cache import token_prefix
+from ubatch.llama_cpp.llama_grammar import LlamaGrammar
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
 
@@ -54,21 +55,6 @@ class LlamaState:
     def __init__(self, input_ids, scores, n_tokens: int, llama_state, llama_state_size: int, seed: int) -> None:
         self.input_ids, self.scores, self.n_tokens = input_ids, scores, n_tokens
         self.llama_state, self.llama_state_size, self.seed = llama_state, llama_state_size, seed
-
-
-class LlamaGrammar:
-    @classmethod
-    def from_string(cls, grammar: str, verbose: bool = True):
-        raise NotImplementedError("LlamaGrammar: grammar-constrained sampling (GBNF) is not implemented in "
-                                  "ubatch.llama_cpp")
-
-    @classmethod
-    def from_file(cls, file, verbose: bool = True):
-        cls.from_string("")
-
-    @classmethod
-    def from_json_schema(cls, json_schema: str, verbose: bool = True):
-        cls.from_string("")
 
 
 class LlamaTokenizer:
@@ -446,12 +432,9 @@ class Llama:
                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                     stopping_criteria=stopping_criteria, logits_processor=logits_processor, grammar=grammar,
                     logit_bias=logit_bias)
-        if grammar is not None:
-            raise NotImplementedError("create_completion(grammar=...): grammar-constrained sampling is not "
-                                      "implemented in ubatch.llama_cpp")
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
         single_only = any(args.get(k) is not None for k in ("logprobs", "logits_processor", "stopping_criteria",
-                                                              "logit_bias"))
+                                                              "logit_bias", "grammar"))
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:
@@ -483,9 +466,9 @@ class Llama:
                                mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                                model: Optional[str] = None, logits_processor=None, grammar=None, logit_bias=None,
                                logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None):
-        if response_format is not None and response_format.get("type") not in (None, "text"):
-            raise NotImplementedError("create_chat_completion(response_format=json_object / json_schema): "
-                                      "grammar-constrained sampling is not implemented in ubatch.llama_cpp")
+        if response_format is not None and response_format.get("type") == "json_object":
+            from ubatch.llama_cpp.llama_grammar import grammar_for_response_format
+            grammar = grammar_for_response_format(response_format)
         if tools or functions:
             raise NotImplementedError("create_chat_completion(tools / functions): function calling is not "
                                       "implemented in ubatch.llama_cpp")
@@ -507,7 +490,7 @@ class Llama:
                                      frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
                                      tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                                      mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor,
-                                     logit_bias=logit_bias)
+                                     logit_bias=logit_bias, grammar=grammar)
         if stream:
             return llama_chat_format.chunks_to_chat(out)
         return llama_chat_format.completion_to_chat(out)
