@@ -6,6 +6,7 @@
 #include "ub_common.h"
 #include "ub_alloc.h"
 #include "ub_kv.h"
+#include "ub_kv_state.h"
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
@@ -13,5 +14,6 @@
 #include "ub_compat.h"
 #include "ub_sampling.h"
 #include "ub_grammar.h"
+#include "ub_ngram.h"
 
 #endif

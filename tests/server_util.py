@@ -57,12 +57,13 @@ class ServerProcess:
         return parse_text(r.text)
 
     def wait_idle(self, timeout: float = 10.0, headers=None) -> dict:
-        """Polls /metrics until nothing is in flight, no sequence is active and the KV cache is empty."""
+        """Polls /metrics until nothing is in flight, no sequence is active and the KV cache holds only what the
+        prefix cache keeps."""
         deadline = time.monotonic() + timeout
         while True:
             m = self.metrics(headers)
             if (m["ubatch_requests_in_flight"] == 0 and m["ubatch_active_sequences"] == 0
-                    and m["ubatch_kv_cells_used"] == 0 and m["ubatch_engine_requests"] == 0
+                    and m["ubatch_kv_cells_used"] == m.get("ubatch_prefix_cache_cells", 0) and m["ubatch_engine_requests"] == 0
                     and m["ubatch_queue_depth"] == 0):
                 return m
             if time.monotonic() > deadline:

@@ -231,9 +231,7 @@ def test_missing_features_raise_not_implemented(byte_vocab):
         llm("x", grammar=object())
     with pytest.raises(NotImplementedError, match="GBNF"):
         L.LlamaGrammar.from_string("root ::= \"a\"")
-    with pytest.raises(NotImplementedError, match="chat format 'chatml'"):
-        make(chat_format="chatml").create_chat_completion([{"role": "user", "content": "hi"}])
-    with pytest.raises(NotImplementedError, match="response_format"):
+    with pytest.raises(NotImplementedError, match="GBNF"):
         llm.create_chat_completion([{"role": "user", "content": "hi"}], response_format={"type": "json_object"})
 
 
@@ -251,3 +249,17 @@ def test_ram_cache_and_helper_modules(byte_vocab):
         print("hidden")
     with pytest.raises(NotImplementedError, match="GBNF"):
         llama_grammar.json_schema_to_gbnf("{}")
+
+
+def test_chat_formats_of_the_registry(byte_vocab):
+    """Llama(chat_format=NAME) renders with the registry's format (tokenized as llama-cpp-python does) and
+    stops on the format's stop string; an unknown name is refused naming the valid ones."""
+    from ubatch.chat.formats import FORMATTERS
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+    for name in ("chatml", "llama-2", "gemma", "zephyr"):
+        r = make(chat_format=name).create_chat_completion(msgs, max_tokens=3, temperature=0.0)
+        assert r["usage"]["prompt_tokens"] == len(FORMATTERS[name](messages=msgs).prompt.encode()), name
+        assert r["object"] == "chat.completion" and r["choices"][0]["message"]["role"] == "assistant"
+    assert make().chat_format == "llama-2"                 # no template, no known architecture: the fallback
+    with pytest.raises(L.llama_chat_format.LlamaChatCompletionHandlerNotFoundException, match="valid formats"):
+        make(chat_format="nope").create_chat_completion(msgs)

@@ -4,16 +4,13 @@
 #include <math.h>
 
 #include "attn_kernels.h"
+#include "ub_matmul.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #include <immintrin.h>
 
-int ub_attn_cpu(void) {
-    __builtin_cpu_init();
-    int f = 0;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= UB_CPU_AVX2_FMA;
-    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) f |= UB_CPU_F16C;
-    return f;
+int ub_attn_cpu(void) { /* the CPU probe is mm_cpu.c's (its AVX2 back-end means AVX2 + FMA + F16C) */
+    return (ub_mm_cpu_backends() & (1 << UB_MM_AVX2)) ? UB_CPU_AVX2_FMA | UB_CPU_F16C : 0;
 }
 
 #define UB_AVX2 __attribute__((target("avx2,fma")))

@@ -183,7 +183,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.gqa = n_head / n_head_kv;
     J.scale = scale;
     J.softcap = softcap;
-    ub_av_select(&J.kern, ub_mm_backend() == UB_MM_AVX2, hd_k, hd_v);
+    ub_av_select(&J.kern, ub_mm_backend() != UB_MM_GENERIC, hd_k, hd_v); /* AVX2 kernels on every SIMD back-end */
     int nt = n_threads > UB_POOL_MAX ? UB_POOL_MAX : n_threads;
     int64_t units = (int64_t)n_q * n_head_kv;
     J.hsplit = 1;

@@ -9,7 +9,7 @@
  *      operations it performs for that row alone (the tile only shares the weight loads);
  *   3. threads split the output columns (weight rows) into chunks taken from a shared counter, never K,
  *      so no partial sums are ever combined across threads;
- *   4. the back-end (generic or AVX2) is fixed for the process unless ub_mm_set_backend changes it.
+ *   4. the back-end (generic, avx2, avxvnni or avx512) is fixed for the process unless ub_mm_set_backend changes it.
  * Work of one call: participants first quantise activation rows (row counter), wait until all rows are
  * quantised, then take column chunks; inside a chunk, row tiles of UB_MM_RT rows sweep the chunk's weight
  * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. */
@@ -26,11 +26,29 @@
 
 static int g_backend = -1;
 static pthread_once_t g_be_once = PTHREAD_ONCE_INIT;
+static const char *const g_be_names[UB_MM_N_BACKENDS] = {"generic", "avx2", "avxvnni", "avx512"};
+
+int ub_mm_env_backend(void) {
+    const char *e = getenv("UBATCH_KERNELS");
+    if (!e || !*e || strcmp(e, "auto") == 0) return -1;
+    for (int b = 0; b < UB_MM_N_BACKENDS; b++)
+        if (strcmp(e, g_be_names[b]) == 0) return b;
+    return -2;
+}
+
+/* the best back-end the CPU has (the order of preference: avx512, avxvnni, avx2, generic) */
+static int best_backend(void) {
+    const int m = ub_mm_cpu_backends();
+    static const int pref[] = {UB_MM_AVX512, UB_MM_AVXVNNI, UB_MM_AVX2};
+    for (int i = 0; i < 3; i++)
+        if (m & (1 << pref[i])) return pref[i];
+    return UB_MM_GENERIC;
+}
 
 static int auto_backend(void) {
-    const char *e = getenv("UBATCH_KERNELS");
-    if (e && strcmp(e, "generic") == 0) return UB_MM_GENERIC;
-    return ub_mm_cpu_avx2() ? UB_MM_AVX2 : UB_MM_GENERIC;
+    const int e = ub_mm_env_backend();
+    if (e >= 0 && (ub_mm_cpu_backends() & (1 << e))) return e;
+    return best_backend();
 }
 static void init_backend(void) { g_backend = auto_backend(); }
 
@@ -42,8 +60,26 @@ int ub_mm_backend(void) {
 int ub_mm_set_backend(int32_t b) {
     pthread_once(&g_be_once, init_backend);
     if (b < 0) g_backend = auto_backend();
-    else g_backend = (b == UB_MM_AVX2 && ub_mm_cpu_avx2()) ? UB_MM_AVX2 : UB_MM_GENERIC;
+    else if (b < UB_MM_N_BACKENDS && (ub_mm_cpu_backends() & (1 << b))) g_backend = b;
+    else return UB_E_ARG;
     return g_backend;
+}
+
+/* The GEMM tile of weight type t on back-end be ({NULL} when it has none). */
+static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
+    if (be == UB_MM_AVX512) return ub_mm_gemm_avx512(t->type);
+    if (be == UB_MM_AVXVNNI) return ub_mm_gemm_avxvnni(t->type);
+    const ub_mm_gemm none = {0, 0, 0};
+    return none;
+}
+
+/* The dot kernel of weight type t on back-end be: the back-end's own, else the next simpler one's. */
+static ub_mm_dot_fn dot_for(int be, const ub_mm_type *t) {
+    ub_mm_dot_fn f = 0;
+    if (be == UB_MM_AVX512) f = ub_mm_dot_avx512(t->type);
+    else if (be == UB_MM_AVXVNNI) f = ub_mm_dot_avxvnni(t->type);
+    if (!f && be != UB_MM_GENERIC) f = ub_mm_dot_avx2(t->type);
+    return f ? f : t->dot_generic;
 }
 
 int ub_mm_type_info(int32_t type, int32_t *blck, int32_t *bytes) {
@@ -63,7 +99,7 @@ int64_t ub_mm_act_bytes(int32_t type, int64_t k) {
 }
 
 static void quant_row(int32_t act, const float *x, int64_t k, uint8_t *out) {
-    if (ub_mm_backend() == UB_MM_AVX2) ub_mm_quant_row_avx2(act, x, k, out);
+    if (ub_mm_backend() != UB_MM_GENERIC) ub_mm_quant_row_avx2(act, x, k, out);
     else ub_mm_quant_row_generic(act, x, k, out);
 }
 
@@ -81,6 +117,7 @@ typedef struct {
     int64_t n_rows, nb, row_bytes, ch, n_chunks, c_first; /* c_first: the job-wide index of its first chunk */
     int32_t slot;                                          /* index of its activation kind in the job */
     ub_mm_dot_fn dot;
+    ub_mm_gemm gemm; /* the back-end's GEMM tile for the type, or fn NULL */
 } mm_part;
 
 typedef struct {
@@ -123,11 +160,21 @@ static void mm_work(void *ctx, int w) {
         const mm_part *P = &J->part[p];
         const int64_t arb = J->arb[P->slot];
         const int64_t j0 = (c - P->c_first) * P->ch, j1 = j0 + P->ch < P->n_rows ? j0 + P->ch : P->n_rows;
-        for (int64_t i0 = 0; i0 < J->n; i0 += UB_MM_RT) {
-            const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
+        for (int64_t i0 = 0; i0 < J->n;) {
             const uint8_t *a = J->xq[P->slot] + i0 * arb;
             float *yy = P->y + i0 * P->n_rows;
+            if (P->gemm.fn && J->n - i0 >= P->gemm.gr) { /* GEMM tiles of gr rows x gc columns, the rest by dots */
+                const int gr = P->gemm.gr, gc = P->gemm.gc;
+                int64_t j = j0;
+                for (; j + gc <= j1; j += gc)
+                    P->gemm.fn(P->nb, P->w + j * P->row_bytes, P->row_bytes, a, arb, yy + j, P->n_rows);
+                for (; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, gr, yy + j, P->n_rows);
+                i0 += gr;
+                continue;
+            }
+            const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
             for (int64_t j = j0; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, nr, yy + j, P->n_rows);
+            i0 += nr;
         }
     }
 }
@@ -163,14 +210,18 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     }
     if (n == 0 || total_rows == 0) return UB_OK;
     if (!x) return UB_E_ARG;
-    J.avx2 = ub_mm_backend() == UB_MM_AVX2;
+    const int be = ub_mm_backend();
+    J.avx2 = be != UB_MM_GENERIC; /* every SIMD back-end quantises with the AVX2 code (the generic bytes) */
     for (int32_t p = 0; p < n_w; p++) { /* chunk of weight rows: ~16 KB for decode-sized calls, ~128 KB when many rows reuse it */
         mm_part *P = &J.part[p];
         const ub_mm_type *t = ub_mm_find(types[p]);
-        P->dot = J.avx2 && ub_mm_dot_avx2(types[p]) ? ub_mm_dot_avx2(types[p]) : t->dot_generic;
+        P->dot = dot_for(be, t);
+        P->gemm = gemm_for(be, t);
+        if (P->gemm.fn && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fn = 0; /* edges by dots of <= RT rows */
         int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
+        if (P->gemm.fn) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles of columns */
         if (ch < 1) ch = 1;
         P->ch = ch;
         P->n_chunks = (P->n_rows + ch - 1) / ch;

@@ -1,5 +1,6 @@
 /* AVX2 + FMA + F16C matmul dot kernels, compiled with per-function target attributes and chosen at run
- * time (matmul.c). Contracts: mm_internal.h. On other compilers / architectures nothing is compiled in and ub_mm_cpu_avx2() returns 0.
+ * time (matmul.c; the CPU check is mm_cpu.c). Contracts: mm_internal.h. On other compilers / architectures
+ * nothing is compiled in (mm_cpu.c then never reports AVX2).
  *
  * Every kernel body is instantiated for nr = 1..6 (row tile); for each activation row it keeps its own
  * accumulators and performs the same operations in the same order whatever nr is: the weight block is
@@ -21,11 +22,6 @@
 /* the per-row loops of a tile (nr a constant in every instantiation) are unrolled so that each row's
  * accumulators stay in registers; unrolling does not change any row's operations */
 #define UNR _Pragma("GCC unroll 8")
-
-int ub_mm_cpu_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
 
 /* Q8_0 / Q8_1 activation blocks with AVX2, byte for byte the generic quantiser's (mm_act.c): the same
  * max, the same f32 division and product, round half to even; a block holding a NaN or an infinity is
@@ -499,7 +495,6 @@ ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     return 0;
 }
 #else
-int ub_mm_cpu_avx2(void) { return 0; }
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     (void)type;
     return 0;

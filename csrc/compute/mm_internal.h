@@ -22,6 +22,15 @@ enum { UB_ACT_F32, UB_ACT_F16, UB_ACT_BF16, UB_ACT_Q8_0, UB_ACT_Q8_1, UB_ACT_Q8_
  * sequence of operations whatever nr is and whatever the other rows hold (one accumulator per row). */
 typedef void (*ub_mm_dot_fn)(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y,
                              int64_t ys);
+/* A GEMM tile: y[r * ys + c] = dot(weight row c at w + c * ws, activation row r at a + r * as) for
+ * r < gr, c < gc (the back-end's tile: exactly gr rows and gc columns). Same contract as a dot kernel: each
+ * element is bitwise what the type's dot kernel of that back-end gives for that row alone. */
+typedef void (*ub_mm_gemm_fn)(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,
+                              int64_t ys);
+typedef struct {
+    ub_mm_gemm_fn fn;
+    int gc, gr; /* columns (weight rows) and activation rows of a tile */
+} ub_mm_gemm;
 /* Activation row quantiser: x: float[k] -> out (act row bytes). */
 typedef void (*ub_mm_quant_fn)(const float *x, int64_t k, uint8_t *out);
 /* Block dequantiser: one block -> float[blck]. */
@@ -41,9 +50,13 @@ int64_t ub_mm_act_row_bytes(int32_t act, int64_t k);
 /* Quantisers (generic; the AVX2 ones produce the same bytes). */
 void ub_mm_quant_row_generic(int32_t act, const float *x, int64_t k, uint8_t *out);
 void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out);
-/* The AVX2 dot kernel of a weight type, or NULL when it has none (then the generic one is used). */
+/* The dot kernel of a weight type on a SIMD back-end, or NULL when that back-end has none of its own (the
+ * driver then takes the next simpler back-end's: avx512 -> avx2, avxvnni -> avx2, avx2 -> generic). */
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type);
-/* 1 when the CPU has AVX2, FMA and F16C (and the AVX2 kernels were compiled in). */
-int ub_mm_cpu_avx2(void);
+ub_mm_dot_fn ub_mm_dot_avxvnni(int32_t type);
+ub_mm_dot_fn ub_mm_dot_avx512(int32_t type);
+/* The GEMM tile of a weight type on a back-end ({NULL, 0, 0} when it has none: the dot kernels do it all). */
+ub_mm_gemm ub_mm_gemm_avxvnni(int32_t type);
+ub_mm_gemm ub_mm_gemm_avx512(int32_t type);
 
 #endif

@@ -13,18 +13,26 @@ enum {
     UB_T_F32 = 0, UB_T_F16 = 1, UB_T_Q4_0 = 2, UB_T_Q4_1 = 3, UB_T_Q5_0 = 6, UB_T_Q5_1 = 7, UB_T_Q8_0 = 8,
     UB_T_Q2_K = 10, UB_T_Q3_K = 11, UB_T_Q4_K = 12, UB_T_Q5_K = 13, UB_T_Q6_K = 14, UB_T_BF16 = 30
 };
-/* Kernel back-ends (ub_mm_backend). */
-enum { UB_MM_GENERIC = 0, UB_MM_AVX2 = 1 };
+/* Kernel back-ends (ub_mm_backend): plain C; AVX2+FMA+F16C; AVX2 + AVX-VNNI (256-bit vpdpbusd, VEX);
+ * AVX-512 F/BW/VL + AVX512_VNNI. */
+enum { UB_MM_GENERIC = 0, UB_MM_AVX2 = 1, UB_MM_AVXVNNI = 2, UB_MM_AVX512 = 3, UB_MM_N_BACKENDS = 4 };
 
 /* Elements per block and bytes per block of weight type `type`. Returns 1, or 0 (outputs untouched) when
  * the type is unknown or unsupported. */
 int ub_mm_type_info(int32_t type, int32_t *blck, int32_t *bytes);
 
-/* The back-end in use: UB_MM_AVX2 when the CPU has AVX2+FMA+F16C and UBATCH_KERNELS is not "generic",
- * else UB_MM_GENERIC. ub_mm_set_backend(b) selects b for later calls (clamped to what the CPU supports;
- * -1 = the automatic choice) and returns the back-end now in use. Not to be called while a matmul runs. */
+/* Bit b set (1 << UB_MM_*) for each back-end this CPU and OS can run (generic always; one cpuid probe). */
+int ub_mm_cpu_backends(void);
+/* The back-end in use. At first use it is UBATCH_KERNELS (generic|avx2|avxvnni|avx512) when the CPU has that
+ * one, else the automatic choice: avx512, else avxvnni, else avx2, else generic (the Python layer raises on
+ * an unknown or unsupported UBATCH_KERNELS; ub_mm_env_backend says what the variable asked for).
+ * ub_mm_set_backend(b) selects b for later calls (-1 = the automatic choice) and returns the back-end now in
+ * use, or UB_E_ARG (nothing changed) when b is unknown or the CPU lacks it. Not to be called while a matmul
+ * runs. */
 int ub_mm_backend(void);
 int ub_mm_set_backend(int32_t b);
+/* What UBATCH_KERNELS asks for: a UB_MM_* value, -1 when unset / empty / "auto", -2 when unknown. */
+int ub_mm_env_backend(void);
 
 /* y[i][j] = sum_k W[j][k] * x[i][k] for i < n, j < n_rows.
  *   x: float[n][k] (caller-owned, read only); w: n_rows rows of k / blck blocks of `type` (w_bytes bytes,

@@ -6,6 +6,8 @@
                                                   matmul / real models / tokenizer vs llama.cpp
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
     ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
+    ubatch bench prefix [ARGS...]                 prefix caching (shared system prompt, chat replay) beside llama_cpp.server
+    ubatch bench speculative [ARGS...]            speculative decoding beside llama-cpp-python (spec_bench.py)
 """
 from __future__ import annotations
 
@@ -33,6 +35,12 @@ KERNEL_BENCHES = {
                  "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
     "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
               "ubatch serve under C concurrent clients beside llama-cpp-python's server"),
+    "prefix": ("ubatch.bench.prefix_bench", "bench_prefix.py",
+               "prefix caching: a shared system prompt and multi-turn chats, with / without the cache, beside "
+               "llama-cpp-python's server"),
+    "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",
+                    "exact speculative decoding (prompt lookup) on code-editing / prose prompts beside "
+                    "llama-cpp-python plain and with its LlamaPromptLookupDecoding"),
 }
 
 
@@ -130,6 +138,9 @@ def run_kernel(args) -> int:
     if not callable(main):
         print(f"ubatch bench {name}: the benchmark module has no main(argv) function", file=sys.stderr)
         return 2
+    from ubatch.compute import backends as kb
+    print(f"kernel back-end: {kb.active_backend()} (this CPU has: {', '.join(kb.backends())}; "
+          f"UBATCH_KERNELS=<name> forces one)", flush=True)
     rc = _call_main(main, f"ubatch bench {name}", list(args.bench_args))
     return 0 if rc is None else int(rc)
 

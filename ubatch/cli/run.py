@@ -50,6 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--n-batch", type=int, default=64, help="tokens per decode call (default 64)")
     p.add_argument("--n-ubatch", type=int, default=32, help="tokens per ubatch (default 32)")
     p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="turn automatic prefix caching off (every prompt computed from scratch)")
+    p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
+                   help="at most N KV cells held by the prefix cache (default: the KV cache, evicted on demand)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=40, help="default 40 (<= 0: whole vocabulary)")
     p.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
@@ -99,6 +103,15 @@ def _short(text: str, n: int = 160) -> str:
     return t if len(t) <= n else t[:n - 3] + "..."
 
 
+def _prefix_line(pc) -> str:
+    if not pc or pc.get("prefix_cache") is False:
+        return "prefix cache      off"
+    return (f"prefix cache      {pc['prefix_cache_hits']}/{pc['prefix_cache_queries']} requests reused a prefix, "
+            f"{pc['prefix_cache_tokens_saved']} of {pc['prefix_cache_tokens_queried']} prompt tokens not computed "
+            f"(hit rate {pc['prefix_cache_hit_rate']:.3f}); {pc['prefix_cache_cells']} cells cached in "
+            f"{pc['prefix_cache_entries']} entries, {pc['prefix_cache_evictions']} evicted")
+
+
 def format_report(d: dict) -> str:
     c = d["config"]
     tps = d["tokens_per_s"]
@@ -137,6 +150,7 @@ def format_report(d: dict) -> str:
         f"peak KV cells     {peak_s} (per stream)",
         f"retries           {d['retries']} (n_batch halved after a full KV cache), {d['preemptions']} preemptions "
         f"(sequences that gave back their cells and recomputed them)",
+        _prefix_line(d.get("prefix_cache")),
     ]
     if d["samples"]:
         lines.append("sample completions")
@@ -175,7 +189,8 @@ def run(args) -> int:
     try:
         model, model_name = _load_model(name)
         eng = LLMEngine(model, n_ctx=n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_seq_max=args.parallel,
-                        kv_unified=args.kv_unified, n_threads=args.threads, timeline=True)
+                        kv_unified=args.kv_unified, n_threads=args.threads, timeline=True,
+                        enable_prefix_caching=not args.no_prefix_cache, prefix_cache_max_cells=args.prefix_cache_cells)
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                                 repeat_penalty=args.repeat_penalty, ignore_eos=args.ignore_eos).validated()
     except (ValueError, TypeError, OSError, ImportError) as e:
@@ -233,6 +248,7 @@ def run(args) -> int:
                      "finish_reason": c.finish_reason, "ttft_s": round(t.first_token - t.added, 6),
                      "latency_s": round(t.finished - t.added, 6)})
     d["finish_reasons"] = reasons
+    d["prefix_cache"] = eng.prefix_stats()
     d["messages"] = skipped + d["messages"]
     d["samples"] = [{k: r[k] for k in ("request", "prompt", "text", "finish_reason")}
                     for r in rows[:max(args.samples, 0)]]

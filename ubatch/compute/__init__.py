@@ -1,8 +1,8 @@
 """The compute layer: C kernels and their wrappers, the K/V data and the runner.
 
 Kernels (all batch-invariant by construction: a row's result depends on that row's inputs alone, bitwise,
-whatever else is in the call, the tiling or the thread count; AVX2 or plain C chosen at run time,
-UBATCH_KERNELS=generic forces plain C):
+whatever else is in the call, the tiling or the thread count; AVX-512 VNNI, AVX-VNNI, AVX2 or plain C
+chosen at run time from the CPU (``ubatch.compute.backends``), UBATCH_KERNELS=<name> forces one):
 
 * ``ubatch.compute.matmul``: ``QWeight(ggml_type, n_rows, n_cols, data)`` (GGUF blocks kept as they are),
   ``matmul(x, w)`` (activations quantised per row as ggml-cpu does, integer block dots), ``get_rows(w, ids)``,

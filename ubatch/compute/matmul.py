@@ -7,8 +7,9 @@
 Activations are quantised per row as ggml-cpu does for the weight type (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1
 for Q4_1/Q5_1, Q8_K for the k-quants, f16/bf16/f32 for the float types), then integer dot products per
 block. y[i] depends only on x[i] and w, bitwise: whatever the number of rows, the thread count or the call
-(csrc/compute/matmul.c says how). The back-end (AVX2 or plain C) is chosen at run time;
-UBATCH_KERNELS=generic forces plain C, ``set_backend`` switches it (tests, benchmarks).
+(csrc/compute/matmul.c says how). The back-end (avx512, avxvnni, avx2 or plain C) is chosen at run time
+from the CPU; UBATCH_KERNELS=<name> forces one, ``set_backend`` switches it (tests, benchmarks),
+``backends()`` lists what this CPU has (ubatch.compute.backends).
 """
 from __future__ import annotations
 
@@ -17,13 +18,12 @@ from typing import Optional
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.compute.backends import active_backend, backends, set_backend
 from ubatch.compute.kernels import default_threads
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
 TYPE_NAMES = {F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1",
               Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
-_BACKENDS = {"generic": 0, "avx2": 1, "auto": -1}
-_BACKEND_NAMES = {0: "generic", 1: "avx2"}
 _NATIVE_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
 
 
@@ -38,16 +38,8 @@ def type_info(ggml_type: int) -> tuple:
 
 
 def backend() -> str:
-    """The kernel back-end in use: "avx2" or "generic"."""
-    return _BACKEND_NAMES[lib.ub_mm_backend()]
-
-
-def set_backend(name: str) -> str:
-    """Select "generic", "avx2" (falls back to generic without CPU support) or "auto" for later calls;
-    returns the back-end now in use. Do not call while another thread runs a kernel."""
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown kernel back-end {name!r} (choose from {sorted(_BACKENDS)})")
-    return _BACKEND_NAMES[lib.ub_mm_set_backend(_BACKENDS[name])]
+    """The kernel back-end in use: "generic", "avx2", "avxvnni" or "avx512" (= backends.active_backend)."""
+    return active_backend()
 
 
 def _threads(n_threads: Optional[int]) -> int:
@@ -207,5 +199,5 @@ def quantize_activations(x: np.ndarray, ggml_type: int) -> np.ndarray:
     return out
 
 
-__all__ = ["QWeight", "matmul", "matmul_multi", "get_rows", "type_info", "backend", "set_backend", "quantize_activations",
+__all__ = ["QWeight", "matmul", "matmul_multi", "get_rows", "type_info", "backend", "backends", "set_backend", "quantize_activations",
            "TYPE_NAMES"] + list(TYPE_NAMES.values())

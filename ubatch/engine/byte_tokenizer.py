@@ -12,7 +12,9 @@ class ByteTokenizer:
 
     n_vocab = 256
     bos = eos = eot = -1
-    chat_template = None
+    # the plain 'role: content' transcript of apply_chat_template, as the "GGUF template" chat formats see
+    chat_template = ("{% for m in messages %}{{ m['role'] + ': ' + (m['content'] | string) + '\n' }}{% endfor %}"
+                     "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}")
 
     def encode(self, text: Union[str, bytes], *, add_special: bool = True, parse_special: bool = False) -> List[int]:
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)

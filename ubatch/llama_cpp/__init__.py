@@ -7,3 +7,4 @@ __version__ = "0.3.36"
 from ubatch.llama_cpp.llama import *  # noqa: F401,F403,E402
 from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403,E402
 from ubatch.llama_cpp.llama_cache import LlamaCache, LlamaDiskCache, LlamaRAMCache, BaseLlamaCache  # noqa: F401,E402
+from ubatch.llama_cpp._install import install_as_llama_cpp, uninstall_as_llama_cpp  # noqa: F401,E402

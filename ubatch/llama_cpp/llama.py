@@ -11,18 +11,30 @@ import multiprocessing
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
 from ubatch.llama_cpp import _internals as internals
+from ubatch.llama_cpp import _state
 from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
 from ubatch.llama_cpp.llama_cache import token_prefix
 from ubatch.llama_cpp.llama_grammar import LlamaGrammar
+from ubatch.llama_cpp.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache  # noqa: F401
+from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (llama_cpp.llama re-exports the types, as 0.3.36)
+from ubatch.llama_cpp._logger import set_verbose  # noqa: F401
+from ubatch.llama_cpp._utils import suppress_stdout_stderr  # noqa: F401
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
+
+
+LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A logits processor: (input_ids intc[n], scores single[n_vocab]) -> scores (0.3.36's type alias)."""
+StoppingCriteria = Callable[[np.ndarray, np.ndarray], bool]
+"""A stopping criterion: (input_ids intc[n], logits single[n_vocab]) -> stop? (0.3.36's type alias)."""
 
 
 class LogitsProcessorList(list):
@@ -75,7 +87,7 @@ class LlamaTokenizer:
 
 
 BaseLlamaTokenizer = LlamaTokenizer
-_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters", "draft_model": "speculative decoding",
+_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters",
                 "kv_overrides": "GGUF metadata overrides (kv_overrides)", "rpc_servers": "RPC offload",
                 "tensor_split": "multi-GPU tensor split"}
 
@@ -97,20 +109,29 @@ class Llama:
                  lora_scale: float = 1.0, lora_path=None, numa=False, chat_format: Optional[str] = None,
                  chat_handler=None, draft_model=None, tokenizer=None, type_k: Optional[int] = None,
                  type_v: Optional[int] = None, spm_infill: bool = False, verbose: bool = True,
-                 n_seq_max: Optional[int] = None, **kwargs) -> None:
+                 n_seq_max: Optional[int] = None, prefix_cache: bool = True, **kwargs) -> None:
         for name, what in _UNSUPPORTED.items():
             v = locals().get(name)
             if v:
                 raise NotImplementedError(f"Llama({name}=...): {what} is not supported by ubatch.llama_cpp")
         self.verbose = verbose
         self.model_path = model_path
-        self._seed = seed
+        self._seed = seed or LLAMA_DEFAULT_SEED       # 0.3.36: seed=0 means the default (random) seed
         self.last_n_tokens_size = last_n_tokens_size
         self.spm_infill = spm_infill
-        self.draft_model = None
+        self.draft_model = draft_model
+        self._draft_state = None
+        if draft_model is not None:
+            if not callable(draft_model):
+                raise ValueError(f"Llama(draft_model=...): {type(draft_model).__name__} is not callable (a "
+                                 f"LlamaDraftModel such as LlamaPromptLookupDecoding)")
+            from ubatch.llama_cpp._speculative import DraftState
+            self._draft_state = DraftState(self)
         self.cache = None
+        self.prefix_cache = bool(prefix_cache)   # ubatch: prefix reuse across the batched paths' requests
         self.lora_path, self.lora_base, self.lora_scale = None, None, lora_scale
         self.numa = numa
+        self._use_mlock = bool(use_mlock)
 
         self.model_params = llama_cpp.llama_model_default_params()
         self.model_params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers == -1 else n_gpu_layers
@@ -156,6 +177,8 @@ class Llama:
         self.n_seq_max = int(cp.n_seq_max)
         self._batched = n_seq_max is not None and self.n_seq_max > 1
 
+        from ubatch.llama_cpp._context import check_rope
+        check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
@@ -178,7 +201,9 @@ class Llama:
         self._is_recurrent = self._is_hybrid = False
         self.n_tokens = 0
         self.input_ids = np.ndarray((self._n_ctx,), dtype=np.intc)
-        self.scores = np.ndarray((self._n_ctx if logits_all else self.n_batch, self._n_vocab), dtype=np.single)
+        # every evaluated row's logits are kept when logits_all or draft_model (llama-cpp-python sizes this by
+        # logits_all alone, so a draft_model without logits_all fails once n_batch positions are evaluated)
+        self.scores = np.ndarray((self._n_ctx if self._logits_all else self.n_batch, self._n_vocab), dtype=np.single)
         self._mirostat_mu = ctypes.c_float(2.0 * 5.0)
         self._sampler = None
         self._requires_eval = True
@@ -198,19 +223,7 @@ class Llama:
         self.chat_format = chat_format
         self.chat_handler = chat_handler
         self._chat_handlers: Dict[str, Any] = {}
-        template = self.metadata.get("tokenizer.chat_template")
-        if template is not None and not vocab_only or template is not None:
-            try:
-                eos_id, bos_id = self.token_eos(), self.token_bos()
-                eos = self._model.token_get_text(eos_id) if eos_id != -1 else ""
-                bos = self._model.token_get_text(bos_id) if bos_id != -1 else ""
-                self._chat_handlers["chat_template.default"] = llama_chat_format.Jinja2ChatFormatter(
-                    template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id])
-            except Exception as e:
-                if verbose:
-                    print(f"Failed to load the chat template: {e}", file=sys.stderr)
-        if self.chat_format is None and self.chat_handler is None:
-            self.chat_format = "chat_template.default" if "chat_template.default" in self._chat_handlers else "llama-2"
+        self._init_chat_formats(verbose)
 
     # ------------------------------------------------------------------ escape hatches and sizes
     @property
@@ -306,13 +319,25 @@ class Llama:
             chunk = list(tokens[i: min(len(tokens), i + self.n_batch)])
             n_past, n = self.n_tokens, len(chunk)
             self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=self._logits_all)
-            self._ctx.decode(self._batch)
+            self._decode_chunk(n)
             self.input_ids[n_past: n_past + n] = chunk
             if self._logits_all:
                 logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
                 self.scores[n_past: n_past + n, :].reshape(-1)[:] = logits
             self.n_tokens += n
             self._requires_eval = False
+
+    def _decode_chunk(self, n: int) -> None:
+        """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
+        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
+        pre = self._parallel.prefix if self._parallel is not None else None
+        while True:
+            rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            if rc == 1 and pre is not None and pre.evict_for(n):
+                continue
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            return
 
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
@@ -399,21 +424,41 @@ class Llama:
         if reset:
             self.reset()
         sample_idx = self.n_tokens + len(tokens) - 1
-        while True:
-            self.eval(tokens)
-            while sample_idx < self.n_tokens:
-                token = self.sample(idx=sample_idx)
-                sample_idx += 1
-                if stopping_criteria is not None and stopping_criteria(
-                        self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
-                    return
-                extra = yield token
-                tokens = [token] + (list(extra) if extra is not None else [])
-                if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
-                    self.n_tokens = sample_idx
-                    self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
-                    self._requires_eval = True
-                    break
+        spec = self._draft_state
+        n_draft = 0
+        try:
+            while True:
+                t_eval = time.perf_counter()
+                self.eval(tokens)
+                if spec is not None:
+                    spec.observe_eval(len(tokens), time.perf_counter() - t_eval)
+                matched = 0
+                while sample_idx < self.n_tokens:
+                    token = self.sample(idx=sample_idx)
+                    sample_idx += 1
+                    if stopping_criteria is not None and stopping_criteria(
+                            self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
+                        return
+                    extra = yield token
+                    tokens = [token] + (list(extra) if extra is not None else [])
+                    if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
+                        self.n_tokens = sample_idx
+                        self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
+                        self._requires_eval = True
+                        break
+                    if sample_idx < self.n_tokens:
+                        matched += 1     # the sample equals the evaluated draft token after it
+                if spec is not None:     # llama-cpp-python's draft step, cut by the adaptive policy
+                    spec.verified(n_draft, matched)
+                    drafts = spec.draft(tokens)
+                    n_draft = len(drafts)
+                    tokens = tokens + drafts
+        finally:
+            if spec is not None and self.n_tokens > sample_idx:
+                # the generator stops after a token: draft rows evaluated beyond it leave the KV cache, which
+                # then holds what decoding without the draft holds at this point
+                self.n_tokens = sample_idx
+                self._ctx.kv_cache_seq_rm(0, sample_idx, -1)
 
     # ------------------------------------------------------------------ completions
     def create_completion(self, prompt: Union[str, List[int], List[str], List[List[int]]], suffix: Optional[str] = None,
@@ -457,6 +502,29 @@ class Llama:
         return self.create_completion(prompt, *args, **kwargs)
 
     # ------------------------------------------------------------------ chat
+    def _init_chat_formats(self, verbose: bool) -> None:
+        """The GGUF's templates as handlers ("chat_template.default", "chat_template.<name>"), and the chat
+        format when none is given: ubatch.chat.resolve's one rule (the guessed registry format, the template,
+        the architecture's format, "llama-2")."""
+        from ubatch.chat.resolve import default_chat_format, template_choices
+        eos_id, bos_id = self.token_eos(), self.token_bos()
+        eos = self._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = self._model.token_get_text(bos_id) if bos_id != -1 else ""
+        metadata = dict(self.metadata)
+        for name, template in template_choices(metadata).items():
+            try:
+                self._chat_handlers[name] = llama_chat_format.Jinja2ChatFormatter(
+                    template=template, eos_token=eos, bos_token=bos, stop_token_ids=[eos_id]).to_chat_handler()
+            except Exception as e:              # a template jinja2 cannot compile: left out (and said so)
+                if name == "chat_template.default":
+                    metadata.pop("tokenizer.chat_template", None)
+                if verbose:
+                    print(f"Failed to load the chat template {name}: {e}", file=sys.stderr)
+        if self.chat_format is None and self.chat_handler is None:
+            self.chat_format = default_chat_format(metadata, metadata.get("general.architecture"))
+            if verbose:
+                print(f"Using chat format: {self.chat_format}", file=sys.stderr)
+
     def create_chat_completion(self, messages: List[Dict[str, Any]], functions=None, function_call=None, tools=None,
                                tool_choice=None, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
                                min_p: float = 0.05, typical_p: float = 1.0, stream: bool = False,
@@ -466,34 +534,20 @@ class Llama:
                                mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                                model: Optional[str] = None, logits_processor=None, grammar=None, logit_bias=None,
                                logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None):
-        if response_format is not None and response_format.get("type") == "json_object":
-            from ubatch.llama_cpp.llama_grammar import grammar_for_response_format
-            grammar = grammar_for_response_format(response_format)
-        if tools or functions:
-            raise NotImplementedError("create_chat_completion(tools / functions): function calling is not "
-                                      "implemented in ubatch.llama_cpp")
-        if self.chat_handler is not None:
-            raise NotImplementedError("Llama(chat_handler=...): custom / multimodal chat handlers are not "
-                                      "supported by ubatch.llama_cpp")
-        fmt = self._chat_handlers.get(self.chat_format) or llama_chat_format.BUILTIN_FORMATS.get(self.chat_format)
-        if fmt is None:
-            raise NotImplementedError(f"chat format {self.chat_format!r}: ubatch.llama_cpp renders the GGUF's own "
-                                      f"chat template or the 'llama-2' format only")
-        result = fmt(messages=messages)
-        prompt = self.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if result.stop is not None:
-            stops += [result.stop] if isinstance(result.stop, str) else [s for s in result.stop if s]
-        out = self.create_completion(prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                                     typical_p=typical_p, logprobs=top_logprobs if logprobs else None, stream=stream,
-                                     stop=stops, seed=seed, max_tokens=max_tokens, presence_penalty=presence_penalty,
-                                     frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
-                                     tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                                     mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor,
-                                     logit_bias=logit_bias, grammar=grammar)
-        if stream:
-            return llama_chat_format.chunks_to_chat(out)
-        return llama_chat_format.completion_to_chat(out)
+        """The chat handler (Llama(chat_handler=...), else the chat format's: the GGUF's template or a registry
+        format, see llama_chat_format) renders the conversation and runs create_completion; tools /
+        tool_choice / functions as the handler supports them (chatml-function-calling, functionary, a forced
+        tool with any format)."""
+        handler = (self.chat_handler or self._chat_handlers.get(self.chat_format)
+                   or llama_chat_format.get_chat_completion_handler(self.chat_format))
+        return handler(llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
+                       tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                       typical_p=typical_p, logprobs=logprobs, top_logprobs=top_logprobs, stream=stream, stop=stop,
+                       seed=seed, response_format=response_format, max_tokens=max_tokens,
+                       presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                       repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                       mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
+                       logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
 
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
@@ -555,27 +609,62 @@ class Llama:
 
     # ------------------------------------------------------------------ state
     def save_state(self) -> LlamaState:
-        from ubatch.llama_cpp._handles import REGISTRY
-        c = REGISTRY.get(self._ctx.ctx, "context")
-        runner = c.ctx._runner
-        snap = (c.kv.snapshot(), runner.snapshot_kv() if runner is not None else None, c.snapshot_outputs())
-        return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
-                          llama_state=snap, llama_state_size=0, seed=self._seed)
+        """The context's whole state as bytes (llama_state_get_data: ubatch's format, docs/compat.md) with the
+        tokens, scores and seed; load_state (here or in another Llama over the same model and n_ctx, or after
+        pickling) continues bit for bit as if it had never been saved."""
+        with self._lock:
+            data = _state.get_state(self._context_obj())
+            return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
+                              llama_state=data, llama_state_size=len(data), seed=self._seed)
 
     def load_state(self, state: LlamaState) -> None:
+        with self._lock:
+            size = int(state.llama_state_size)
+            buf = (ctypes.c_uint8 * size).from_buffer_copy(state.llama_state)
+            if llama_cpp.llama_state_set_data(self._ctx.ctx, buf, size) != size:
+                raise RuntimeError("Failed to set llama state data")
+            self.scores[: state.n_tokens, :] = state.scores.copy()
+            rest = self.scores[state.n_tokens:, :]
+            rest[rest > 0] = 0.0
+            self.input_ids = state.input_ids.copy()
+            self.n_tokens = state.n_tokens
+            self._requires_eval = True
+            self._seed = state.seed
+
+    def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
-        c = REGISTRY.get(self._ctx.ctx, "context")
-        kv_snap, data_snap, outputs = state.llama_state
-        c.kv.restore(kv_snap)
-        if data_snap is not None:
-            c.ctx._runner.restore_kv(data_snap)
-        c.outputs_changed()
-        c.restored = outputs
-        self.scores[: state.n_tokens, :] = state.scores
-        self.input_ids = state.input_ids.copy()
-        self.n_tokens = state.n_tokens
-        self._requires_eval = True
-        self._seed = state.seed
+        return REGISTRY.get(self._ctx.ctx, "context")
+
+    @property
+    def eval_logits(self):
+        from collections import deque
+        return deque(self.scores[: self.n_tokens, :].tolist(), maxlen=self._n_ctx if self._logits_all else 1)
+
+    # ------------------------------------------------------------------ pickling (the constructor's arguments)
+    def __getstate__(self) -> Dict[str, Any]:
+        mp, cp = self.model_params, self.context_params
+        return dict(model_path=self.model_path, n_gpu_layers=mp.n_gpu_layers, split_mode=mp.split_mode,
+                    main_gpu=mp.main_gpu, tensor_split=None, vocab_only=bool(mp.vocab_only),
+                    use_mmap=mp.load_mode in (llama_cpp.LLAMA_LOAD_MODE_MMAP, llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK),
+                    use_mlock=self._use_mlock, kv_overrides=None, seed=self._seed, n_ctx=cp.n_ctx,
+                    n_batch=self.n_batch, n_ubatch=cp.n_ubatch, n_threads=cp.n_threads,
+                    n_threads_batch=cp.n_threads_batch, rope_scaling_type=cp.rope_scaling_type,
+                    pooling_type=cp.pooling_type, attention_type=cp.attention_type,
+                    rope_freq_base=cp.rope_freq_base, rope_freq_scale=cp.rope_freq_scale,
+                    yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
+                    yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow,
+                    yarn_orig_ctx=cp.yarn_orig_ctx, logits_all=self._logits_all, embedding=bool(cp.embeddings),
+                    offload_kqv=bool(cp.offload_kqv),
+                    flash_attn=cp.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                    op_offload=bool(cp.op_offload), swa_full=bool(cp.swa_full), no_perf=bool(cp.no_perf),
+                    last_n_tokens_size=self.last_n_tokens_size, lora_base=self.lora_base,
+                    lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
+                    chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
+                    type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
+                    n_seq_max=self.n_seq_max if self._batched else None)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: Optional[str] = None, **kwargs) -> "Llama":
@@ -588,5 +677,6 @@ class Llama:
                                   "pass a local directory and a file name (glob) instead")
 
 
-__all__ = ["Llama", "LlamaState", "LogitsProcessorList", "StoppingCriteriaList", "MinTokensLogitsProcessor",
+__all__ = ["Llama", "LlamaState", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
+           "StoppingCriteriaList", "MinTokensLogitsProcessor",
            "LlamaGrammar", "LlamaTokenizer", "BaseLlamaTokenizer", "LLAMA_DEFAULT_SEED"]

@@ -1,14 +1,52 @@
-"""The OpenAI-style TypedDicts of llama-cpp-python's llama_types (names only matter for annotations)."""
+"""llama-cpp-python 0.3.36's `llama_types`: the OpenAI-shaped TypedDicts and aliases its API is annotated with —
+every name it has, each TypedDict with the same fields (and the same required / NotRequired split), so code that
+imports or annotates with them switches unchanged. tests/test_llama_types.py compares them with the recording in
+tests/data/chat/llama_types.json."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Optional, Union
 
-try:
-    from typing import TypedDict
-except ImportError:  # pragma: no cover
-    from typing_extensions import TypedDict
+if sys.version_info >= (3, 11):
+    from typing import Literal, NotRequired, TypedDict
+else:  # pragma: no cover - Python 3.9 / 3.10
+    try:
+        from typing_extensions import Literal, NotRequired, TypedDict
+    except ImportError:
+        from typing import Literal, TypedDict
+
+        class _NotRequired:
+            """Without typing_extensions: NotRequired[T] reads as T (the key is then counted as required)."""
+
+            def __getitem__(self, item):
+                return item
+
+        NotRequired = _NotRequired()
+
+# JSON values (kept flat as llama-cpp-python keeps it: a recursive alias breaks pydantic)
+JsonType = Union[None, int, str, bool, List[Any], Dict[str, Any]]
 
 
+# ---- embeddings -----------------------------------------------------------------------------------------------
+class EmbeddingUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class Embedding(TypedDict):
+    index: int
+    object: str
+    embedding: Union[List[float], List[List[float]]]
+
+
+class CreateEmbeddingResponse(TypedDict):
+    object: Literal["list"]
+    model: str
+    data: List[Embedding]
+    usage: EmbeddingUsage
+
+
+# ---- completions ----------------------------------------------------------------------------------------------
 class CompletionLogprobs(TypedDict):
     text_offset: List[int]
     token_logprobs: List[Optional[float]]
@@ -20,7 +58,7 @@ class CompletionChoice(TypedDict):
     text: str
     index: int
     logprobs: Optional[CompletionLogprobs]
-    finish_reason: Optional[str]
+    finish_reason: Optional[Literal["stop", "length"]]
 
 
 class CompletionUsage(TypedDict):
@@ -29,68 +67,244 @@ class CompletionUsage(TypedDict):
     total_tokens: int
 
 
-class CreateCompletionResponse(TypedDict, total=False):
+class CreateCompletionResponse(TypedDict):
     id: str
-    object: str
+    object: Literal["text_completion"]
     created: int
     model: str
     choices: List[CompletionChoice]
-    usage: CompletionUsage
+    usage: NotRequired[CompletionUsage]
 
 
-CreateCompletionStreamResponse = CreateCompletionResponse
-Completion = CreateCompletionResponse
-CompletionChunk = CreateCompletionResponse
+# ---- chat completion responses --------------------------------------------------------------------------------
+class ChatCompletionResponseFunctionCall(TypedDict):
+    name: str
+    arguments: str
 
 
-class Embedding(TypedDict):
-    index: int
-    object: str
-    embedding: Union[List[float], List[List[float]]]
+class ChatCompletionMessageToolCallFunction(TypedDict):
+    name: str
+    arguments: str
 
 
-class EmbeddingUsage(TypedDict):
-    prompt_tokens: int
-    total_tokens: int
+class ChatCompletionMessageToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: ChatCompletionMessageToolCallFunction
 
 
-class CreateEmbeddingResponse(TypedDict):
-    object: str
-    model: str
-    data: List[Embedding]
-    usage: EmbeddingUsage
+ChatCompletionMessageToolCalls = List[ChatCompletionMessageToolCall]
 
 
-class ChatCompletionRequestMessage(TypedDict, total=False):
-    role: str
+class ChatCompletionResponseMessage(TypedDict):
     content: Optional[str]
+    tool_calls: NotRequired[ChatCompletionMessageToolCalls]
+    role: Literal["assistant", "function"]
+    function_call: NotRequired[ChatCompletionResponseFunctionCall]      # deprecated by OpenAI
 
 
-class ChatCompletionResponseMessage(TypedDict, total=False):
-    role: str
-    content: Optional[str]
+class ChatCompletionFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: Dict[str, JsonType]
+
+
+class ChatCompletionTopLogprobToken(TypedDict):
+    token: str
+    logprob: float
+    bytes: Optional[List[int]]
+
+
+class ChatCompletionLogprobToken(ChatCompletionTopLogprobToken):
+    token: str
+    logprob: float
+    bytes: Optional[List[int]]
+    top_logprobs: List[ChatCompletionTopLogprobToken]
+
+
+class ChatCompletionLogprobs(TypedDict):
+    content: Optional[List[ChatCompletionLogprobToken]]
+    refusal: Optional[List[ChatCompletionLogprobToken]]
 
 
 class ChatCompletionResponseChoice(TypedDict):
     index: int
     message: ChatCompletionResponseMessage
-    logprobs: Optional[Any]
+    logprobs: Optional[ChatCompletionLogprobs]
     finish_reason: Optional[str]
 
 
 class CreateChatCompletionResponse(TypedDict):
     id: str
-    object: str
+    object: Literal["chat.completion"]
     created: int
     model: str
     choices: List[ChatCompletionResponseChoice]
     usage: CompletionUsage
 
 
-CreateChatCompletionStreamResponse = Dict[str, Any]
-ChatCompletionRequestResponseFormat = Dict[str, Any]
-ChatCompletionTool = Dict[str, Any]
-ChatCompletionToolChoiceOption = Union[str, Dict[str, Any]]
-ChatCompletionFunction = Dict[str, Any]
-ChatCompletionRequestFunctionCall = Union[str, Dict[str, Any]]
-JsonType = Union[None, int, str, bool, List[Any], Dict[str, Any]]
+# ---- chat completion stream chunks ----------------------------------------------------------------------------
+class ChatCompletionMessageToolCallChunkFunction(TypedDict):
+    name: Optional[str]
+    arguments: str
+
+
+class ChatCompletionMessageToolCallChunk(TypedDict):
+    index: int
+    id: NotRequired[str]
+    type: Literal["function"]
+    function: ChatCompletionMessageToolCallChunkFunction
+
+
+class ChatCompletionStreamResponseDeltaEmpty(TypedDict):
+    pass
+
+
+class ChatCompletionStreamResponseDeltaFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ChatCompletionStreamResponseDelta(TypedDict):
+    content: NotRequired[Optional[str]]
+    function_call: NotRequired[Optional[ChatCompletionStreamResponseDeltaFunctionCall]]   # deprecated by OpenAI
+    tool_calls: NotRequired[Optional[List[ChatCompletionMessageToolCallChunk]]]
+    role: NotRequired[Optional[Literal["system", "user", "assistant", "tool"]]]
+
+
+class ChatCompletionStreamResponseChoice(TypedDict):
+    index: int
+    delta: Union[ChatCompletionStreamResponseDelta, ChatCompletionStreamResponseDeltaEmpty]
+    finish_reason: Optional[Literal["stop", "length", "tool_calls", "function_call"]]
+    logprobs: NotRequired[Optional[ChatCompletionLogprobs]]
+
+
+class CreateChatCompletionStreamResponse(TypedDict):
+    id: str
+    model: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    choices: List[ChatCompletionStreamResponseChoice]
+
+
+# ---- chat completion requests ---------------------------------------------------------------------------------
+class ChatCompletionFunctions(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: Dict[str, JsonType]
+
+
+class ChatCompletionFunctionCallOption(TypedDict):
+    name: str
+
+
+class ChatCompletionRequestResponseFormat(TypedDict):
+    type: Literal["text", "json_object"]
+    schema: NotRequired[JsonType]
+
+
+class ChatCompletionRequestMessageContentPartText(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatCompletionRequestMessageContentPartImageImageUrl(TypedDict):
+    url: str
+    detail: NotRequired[Literal["auto", "low", "high"]]
+
+
+class ChatCompletionRequestMessageContentPartImage(TypedDict):
+    type: Literal["image_url"]
+    image_url: Union[str, ChatCompletionRequestMessageContentPartImageImageUrl]
+
+
+ChatCompletionRequestMessageContentPart = Union[ChatCompletionRequestMessageContentPartText,
+                                                ChatCompletionRequestMessageContentPartImage]
+
+
+class ChatCompletionRequestSystemMessage(TypedDict):
+    role: Literal["system"]
+    content: Optional[str]
+
+
+class ChatCompletionRequestUserMessage(TypedDict):
+    role: Literal["user"]
+    content: Optional[Union[str, List[ChatCompletionRequestMessageContentPart]]]
+
+
+class ChatCompletionRequestAssistantMessageFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ChatCompletionRequestAssistantMessage(TypedDict):
+    role: Literal["assistant"]
+    content: NotRequired[str]
+    tool_calls: NotRequired[ChatCompletionMessageToolCalls]
+    function_call: NotRequired[ChatCompletionRequestAssistantMessageFunctionCall]   # deprecated by OpenAI
+
+
+class ChatCompletionRequestToolMessage(TypedDict):
+    role: Literal["tool"]
+    content: Optional[str]
+    tool_call_id: str
+
+
+class ChatCompletionRequestFunctionMessage(TypedDict):
+    role: Literal["function"]
+    content: Optional[str]
+    name: str
+
+
+ChatCompletionRequestMessage = Union[ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+                                     ChatCompletionRequestAssistantMessage, ChatCompletionRequestToolMessage,
+                                     ChatCompletionRequestFunctionMessage]
+
+
+class ChatCompletionRequestFunctionCallOption(TypedDict):
+    name: str
+
+
+ChatCompletionRequestFunctionCall = Union[Literal["none", "auto"], ChatCompletionRequestFunctionCallOption]
+
+ChatCompletionFunctionParameters = Dict[str, JsonType]
+
+
+class ChatCompletionToolFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: ChatCompletionFunctionParameters
+
+
+class ChatCompletionTool(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionToolFunction
+
+
+class ChatCompletionNamedToolChoiceFunction(TypedDict):
+    name: str
+
+
+class ChatCompletionNamedToolChoice(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionNamedToolChoiceFunction
+
+
+ChatCompletionToolChoiceOption = Union[Literal["none", "auto", "required"], ChatCompletionNamedToolChoice]
+
+
+# ---- the older names llama-cpp-python keeps as aliases --------------------------------------------------------
+EmbeddingData = Embedding
+CompletionChunk = CreateCompletionResponse
+Completion = CreateCompletionResponse
+CreateCompletionStreamResponse = CreateCompletionResponse
+ChatCompletionMessage = ChatCompletionResponseMessage
+ChatCompletionChoice = ChatCompletionResponseChoice
+ChatCompletion = CreateChatCompletionResponse
+ChatCompletionChunkDeltaEmpty = ChatCompletionStreamResponseDeltaEmpty
+ChatCompletionChunkChoice = ChatCompletionStreamResponseChoice
+ChatCompletionChunkDelta = ChatCompletionStreamResponseDelta
+ChatCompletionChunk = CreateChatCompletionStreamResponse
+ChatCompletionStreamResponse = CreateChatCompletionStreamResponse
+ChatCompletionResponseFunction = ChatCompletionFunction
+ChatCompletionFunctionCall = ChatCompletionResponseFunctionCall

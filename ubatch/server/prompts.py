@@ -104,18 +104,36 @@ def _content_text(content: Any, where: str) -> str:
                    param=where)
 
 
-def chat_tokens(tokenizer, messages, template: Optional[str] = None) -> List[int]:
-    """Messages -> the chat template (with the generation prompt) -> token ids. `template` (a Jinja string)
-    replaces the model's own; without either the tokenizer decides (the tiny model's byte tokenizer renders a
-    plain transcript, a real vocabulary without a template refuses: 400)."""
+def chat_messages(messages) -> List[dict]:
+    """The request's messages as the chat formats take them: role, content as text, and the tool fields
+    (name, tool_calls, tool_call_id) when given."""
+    out = []
+    for i, m in enumerate(messages):
+        d = {"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
+        for k in ("name", "tool_calls", "tool_call_id"):
+            v = getattr(m, k, None)
+            if v is not None:
+                d[k] = v
+        out.append(d)
+    return out
+
+
+def chat_tokens(tokenizer, messages, chat_format, plan=None, *, parse_special: bool = False) -> List[int]:
+    """Messages -> the server's chat format (ubatch.chat.resolve, chosen at start-up) -> token ids; with a
+    ToolPlan (ubatch.server.tools) the tools are shown to the model and a forced call is opened for it. A
+    format or template refusing the conversation (e.g. role order) is a 400 naming it (with the template's own
+    message; other exception text stays in the server log). Message contents are tokenized as text: only the
+    format's markup gives special tokens (parse_special=True, `--chat-parse-special`: parsed in the contents
+    too, as llama.cpp's server does)."""
     tok = _need_tokenizer(tokenizer, "messages")
-    msgs = [{"role": m.role, "content": _content_text(m.content, f"messages.{i}.content")}
-            for i, m in enumerate(messages)]
+    from ubatch.tokenizer.chat_encode import chat_prompt_ids
+    msgs = chat_messages(messages)
+    if plan is not None:
+        chat_format = plan.chat_format(chat_format)
     try:
-        if template is not None:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True, template=template)
-        else:
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True)
+        return chat_prompt_ids(tok, chat_format, msgs, parse_special=parse_special)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
-        raise APIError(400, f"messages: the chat template refused the conversation: {e}", param="messages")
-    return encode_text(tok, text)
+        import jinja2
+        why = f": {e}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
+        raise APIError(400, f"messages: the chat format {getattr(chat_format, 'name', '?')!r} refused the "
+                            f"conversation{why}", param="messages")

@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ubatch.server import responses as R
 from ubatch.server import sse
+from ubatch.server import tools
 from ubatch.server.errors import APIError
 from ubatch.server.generation import Generation
 from ubatch.server.prompts import chat_tokens, token_lists
@@ -25,7 +26,7 @@ def _state(request: Request) -> ServerState:
 
 async def _body(request: Request, model):
     st = _state(request)
-    req = parse(await read_body(request, st.cfg.max_body_bytes), model)
+    req = parse(await read_body(request, st.cfg.max_body_bytes, st.cfg.body_timeout), model)
     st.check_model(req.model)
     return st, req
 
@@ -98,7 +99,8 @@ def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation,
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     st, req = await _body(request, ChatRequest)
-    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_template)
+    plan = tools.check(req.tools, req.tool_choice, req.parallel_tool_calls)
+    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_format, plan, parse_special=st.cfg.chat_parse_special)
     n_top = None
     if req.logprobs:
         n_top = req.top_logprobs or 0
@@ -107,11 +109,13 @@ async def chat_completions(request: Request) -> Response:
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     params = sampling_params(req, st.cfg, st.SamplingParams, max_tokens=max_tokens,
                              default_max_tokens=st.cfg.max_tokens_limit, logprobs=n_top)
+    if plan.active:
+        params = tools.constrain(params, plan)
     gen = Generation(st.worker, [prompt], params, req.n, field="messages")
     await gen.start()
     rid = R.new_id("chatcmpl")
     if req.stream:
-        return sse.EngineStream(_stream_chat(st, req, gen, rid, n_top), gen)
+        return sse.EngineStream(_stream_chat(st, req, gen, rid, n_top, plan), gen)
     gen.watch_disconnect(request)
     try:
         await gen.collect()
@@ -121,21 +125,40 @@ async def chat_completions(request: Request) -> Response:
     for k in sorted(gen.choices):
         c = gen.choices[k]
         lp = R.chat_logprobs(c.logprobs, st.piece, n_top) if n_top is not None else None
-        choices.append(R.chat_choice(k, "".join(c.text), c.finish_reason, lp,
-                                     c.token_ids if req.return_token_ids else None))
+        ch = R.chat_choice(k, "".join(c.text), c.finish_reason, lp, c.token_ids if req.return_token_ids else None)
+        if plan.active:
+            ch["message"], ch["finish_reason"] = plan.message("".join(c.text), c.finish_reason)
+        choices.append(ch)
     return JSONResponse(R.chat_completion(rid, st.model_id, choices, gen.usage()))
 
 
-def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: str, n_top) -> AsyncIterator[bytes]:
+def _stream_chat(st: ServerState, req: ChatRequest, gen: Generation, rid: str, n_top,
+                 plan: "tools.ToolPlan") -> AsyncIterator[bytes]:
     created = R.now()
+    streams = {}
 
     def chunk(out, usage=None):
         return R.chat_chunk(rid, st.model_id, created, out, usage)
 
+    def delta(c, text):
+        """The text delta as OpenAI's delta; with tools, content and tool_calls deltas (ToolStream)."""
+        if not plan.active:
+            return ({"content": text} if text else {}), c.finish_reason
+        ts = streams.setdefault(c.index, plan.stream())
+        parts = ts.feed(text) if text else []
+        finish = c.finish_reason
+        if finish is not None:
+            rest, called = ts.finish()
+            parts += rest
+            if called and finish != "length":
+                finish = "tool_calls"
+        return tools.merge_deltas(parts), finish
+
     def choice(c, text, ids, lps):
-        d = {"index": c.index, "delta": {"content": text} if text else {},
+        dl, finish = delta(c, text)
+        d = {"index": c.index, "delta": dl,
              "logprobs": R.chat_logprobs(lps, st.piece, n_top) if n_top is not None and lps else None,
-             "finish_reason": c.finish_reason}
+             "finish_reason": finish}
         if req.return_token_ids:
             d["token_ids"] = list(ids)
         return d
@@ -179,10 +202,14 @@ async def models(request: Request) -> Response:
 async def health(request: Request) -> Response:
     st = _state(request)
     p = st.worker.published
-    body = {"status": "draining" if st.worker.draining else "ok", "model": st.model_id,
+    alive = st.worker.alive()
+    status = "error" if not alive else "draining" if st.worker.draining else "ok"
+    body = {"status": status, "model": st.model_id,
             "running": p.get("running", 0), "waiting": p.get("waiting", 0) + p.get("inbox", 0),
             "kv_cells_used": p.get("kv_cells_used", 0), "inflight": p.get("inflight", 0)}
-    return JSONResponse(body, status_code=503 if st.worker.draining else 200)
+    if not alive:
+        body["error"] = "the engine thread has stopped"
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
 async def metrics(request: Request) -> Response:
@@ -194,6 +221,14 @@ async def metrics(request: Request) -> Response:
         "ubatch_kv_cells_used": ("KV-cache cells holding a token", p.get("kv_cells_used", 0)),
         "ubatch_requests_in_flight": ("requests submitted and not finished", p.get("inflight", 0)),
         "ubatch_engine_requests": ("requests the engine thread tracks", p.get("live", 0)),
+        "ubatch_prefix_cache_hit_rate": ("prompt tokens taken from the prefix cache / prompt tokens looked up",
+                                         p.get("prefix_cache_hit_rate", 0.0)),
+        "ubatch_prefix_cache_cells": ("KV cells held only by the prefix cache", p.get("prefix_cache_cells", 0)),
+        "ubatch_prefix_cache_entries": ("cached sequences in the prefix cache", p.get("prefix_cache_entries", 0)),
+        "ubatch_prefix_cache_tokens_saved": ("prompt tokens not computed thanks to the prefix cache",
+                                             p.get("prefix_cache_tokens_saved", 0)),
+        "ubatch_prefix_cache_hits": ("requests that reused a cached prefix", p.get("prefix_cache_hits", 0)),
+        "ubatch_prefix_cache_queries": ("requests looked up in the prefix cache", p.get("prefix_cache_queries", 0)),
     }
     return PlainTextResponse(st.metrics.render(gauges), media_type="text/plain; version=0.0.4; charset=utf-8")
 

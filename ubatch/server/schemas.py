@@ -2,7 +2,7 @@
 
 Fields whose OpenAI type is a union of shapes (`prompt`, `input`, `stop`, message `content`) are checked by
 `ubatch.server.prompts` so that the message says which shape was expected. Unknown fields are ignored (as
-OpenAI-compatible local servers do); known fields the engine cannot honour (penalties, logit_bias, tools,
+OpenAI-compatible local servers do); known fields the engine cannot honour (penalties, logit_bias,
 suffix, echo, best_of != n) are refused by `check_unsupported` with the field named."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_STRICT = ConfigDict(strict=True, extra="ignore")
+_STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)   # JSON's NaN / Infinity: 400
 
 
 class StreamOptions(BaseModel):
@@ -55,6 +55,8 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
     name: Optional[str] = None
+    tool_calls: Optional[List[Any]] = None     # an assistant turn's calls (given back to the chat format)
+    tool_call_id: Optional[str] = None         # a tool result's call id
 
 
 class ChatRequest(_Sampling):
@@ -63,7 +65,9 @@ class ChatRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
     response_format: Optional[Dict[str, Any]] = None
-    tools: Optional[List[Any]] = None
+    tools: Optional[Any] = None                 # checked by ubatch.server.tools (400 naming the field)
+    tool_choice: Any = None
+    parallel_tool_calls: Optional[bool] = None   # false: only the first call the model makes is returned
 
 
 class EmbeddingRequest(BaseModel):
@@ -91,8 +95,6 @@ def unsupported(req: _Sampling) -> Optional[tuple]:
         if req.best_of is not None and req.best_of != req.n:
             return "best_of", "best_of different from n is not supported"
     if isinstance(req, ChatRequest):
-        if req.tools:
-            return "tools", "tools are not supported"
         if req.response_format and req.response_format.get("type", "text") != "text":
             return "response_format", "only response_format {\"type\": \"text\"} is supported"
     return None

@@ -56,19 +56,20 @@ class ServerState:
                                    prompt_too_long=(too_long,) if too_long else ())
         self.created = int(time.time())
         self.model_id = cfg.served_id
-        self.chat_template = self._chat_template(cfg)
+        self.chat_format = self._chat_format(cfg)
 
-    def _chat_template(self, cfg: ServerConfig) -> Optional[str]:
-        """--chat-template FILE, else none when the vocabulary has its own, else the architecture's fallback."""
+    def _chat_format(self, cfg: ServerConfig):
+        """The one chat-format resolution (ubatch.chat.resolve): --chat-template FILE, --chat-format NAME, else
+        the GGUF's template (or the registry format it is), else the architecture's, else "llama-2"."""
+        if self.tokenizer is None:
+            return None
+        template = None
         if cfg.chat_template_file:
             with open(cfg.chat_template_file, encoding="utf-8") as f:
-                return f.read()
-        if self.tokenizer is None or getattr(self.tokenizer, "chat_template", None) is not None:
-            return None
-        if not hasattr(self.tokenizer, "from_gguf"):      # the tiny model's byte tokenizer: its own transcript
-            return None
-        from ubatch.server.chat_templates import fallback
-        return fallback(getattr(self.model, "arch", None))
+                template = f.read()
+        from ubatch.chat.resolve import resolve_for
+        return resolve_for(self.tokenizer, getattr(self.model, "arch", None), chat_format=cfg.chat_format,
+                           template=template)
 
     def embed(self, inputs):
         """Engine thread only: mean-pooled, L2-normalised embeddings (the engine's own embedding context)."""
@@ -89,5 +90,6 @@ def build_state(cfg: ServerConfig) -> ServerState:
     from ubatch.engine.llm_engine import LLMEngine
     model = load_model(cfg.model)
     engine = LLMEngine(model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.parallel,
-                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads)
+                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads, enable_prefix_caching=cfg.prefix_cache,
+                       prefix_cache_max_cells=cfg.prefix_cache_cells, draft=cfg.draft, draft_max=cfg.draft_max)
     return ServerState(cfg, engine, model)

@@ -1,55 +1,14 @@
-"""Chat templates: the GGUF's Jinja template rendered with jinja2's sandboxed environment, set up as
-Transformers / llama-cpp-python do: trim_blocks + lstrip_blocks, the loopcontrols extension, `{% generation %}`
-tags ignored, tojson keeping non-ASCII, and raise_exception / strftime_now."""
+"""Tokenizer.apply_chat_template's rendering: the template in the chat environment every chat format uses
+(ubatch.chat.jinja: llama-cpp-python's Jinja2ChatFormatter environment), its failures as TokenizerError."""
 from __future__ import annotations
 
-import datetime
-import json
-from functools import lru_cache
 from typing import Sequence
 
 from ubatch.tokenizer.errors import TokenizerError
 
 
-def _generation_tags():
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-
-    class GenerationTags(Extension):
-        """`{% generation %}...{% endgeneration %}` (Transformers' assistant-mask markers): renders the body."""
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.Scope(body, lineno=lineno)
-
-    return GenerationTags
-
-
-@lru_cache(maxsize=16)
-def _compile(template: str):
-    try:
-        from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as e:  # pragma: no cover - jinja2 is a dependency
-        raise TokenizerError("apply_chat_template needs jinja2 (pip install jinja2)") from e
-
-    def raise_exception(message: str) -> None:
-        raise TokenizerError(f"chat template: {message}")
-
-    def tojson(x, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
-        return json.dumps(x, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_generation_tags(), "jinja2.ext.loopcontrols"])
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    env.filters["tojson"] = tojson
-    try:
-        return env.from_string(template)
-    except TemplateError as e:
-        raise TokenizerError(f"chat template does not compile: {e}") from None
+def _raise(message: str) -> None:
+    raise TokenizerError(f"chat template: {message}")
 
 
 def render_chat_template(template: str, messages: Sequence[dict], *, add_generation_prompt: bool = True,
@@ -60,9 +19,15 @@ def render_chat_template(template: str, messages: Sequence[dict], *, add_generat
         if not isinstance(m, dict) or "role" not in m:
             raise TokenizerError(f"messages[{k}] must be a dict with a 'role' (and usually 'content')")
     from jinja2 import TemplateError
+    from ubatch.chat import jinja
     try:
-        return _compile(template).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
-                                         bos_token=bos_token, eos_token=eos_token, **kwargs)
+        compiled = jinja.compile_template(template)
+    except TemplateError as e:
+        raise TokenizerError(f"chat template does not compile: {e}") from None
+    try:
+        return compiled.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                               bos_token=bos_token, eos_token=eos_token, raise_exception=_raise,
+                               strftime_now=jinja.strftime_now, **kwargs)
     except TokenizerError:
         raise
     except TemplateError as e:

@@ -1,0 +1,269 @@
+/* The VNNI dot and GEMM kernels of the 32-element block types (Q4_0, Q5_0, Q8_0 against Q8_0 activations;
+ * Q4_1, Q5_1 against Q8_1): ONE source compiled twice, by mm_avxvnni.c (AVX2 + AVX-VNNI, VEX vpdpbusd,
+ * 16 ymm registers) and by mm_avx512.c (AVX-512 F/BW/VL + AVX512_VNNI: EVEX vpdpbusd, opmask bit
+ * expansion, 32 registers, and 512-bit tiles), so that whichever of the two a machine has tests this code.
+ *
+ * The including file defines, before including it:
+ *   VN_TGT            the target attribute string of every function here;
+ *   VN_DPBUSD(c,u,s)  c + vpdpbusd(u (unsigned bytes), s (signed bytes)) on 256 bits;
+ *   VN_AVX512         1 when AVX-512 BW/VL may be used (mask registers, 512-bit tiles), else 0;
+ *   VN_SUFFIX(x)      the name of an exported function (x ## _avxvnni / x ## _avx512).
+ *
+ * The operations per output element are the AVX2 kernels' (mm_avx2.c): per block, 8 int32 lanes, lane i the
+ * exact sum of the 4 products of elements 4i..4i+3 (vpdpbusd sums the same four products maddubs + madd
+ * sum; integers are exact, so the lanes are equal); one f32 product dw * dx and one FMA of the lanes into the
+ * row's even-block or odd-block 8-lane accumulator; hsum(acc_even + acc_odd) at the end (+ the scalar chain
+ * of mw * s in block order for the Q8_1 kinds). So these back-ends give bitwise the AVX2 back-end's results,
+ * for 1 row or a tile of rows x columns alike (the tests check both). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "mm_internal.h"
+#include "ub_matmul.h"
+
+#define VN static __attribute__((target(VN_TGT)))
+#define VN_INL static inline __attribute__((always_inline, target(VN_TGT)))
+#define VN_UNR _Pragma("GCC unroll 8")
+
+static const int vn_bytes[5] = {18, 22, 34, 20, 24}; /* block bytes of kinds 0..4 */
+
+VN_INL float vn_h2f(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+VN_INL float vn_hsum(__m256 a) { /* the AVX2 kernels' horizontal sum, same order */
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+VN_INL __m256i vn_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+VN_INL uint32_t vn_rd32(const uint8_t *p) {
+    uint32_t h;
+    memcpy(&h, p, 4);
+    return h;
+}
+/* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
+VN_INL __m256i vn_nib(const uint8_t *p) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
+}
+#if !VN_AVX512
+/* 32 bytes: 0xFF where bit j of the uint32 h is set */
+VN_INL __m256i vn_bits(uint32_t h) {
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit), bit);
+}
+#endif
+
+/* The 32 weight values of block b of kind k as bytes: signed for kinds 0..2 (Q4_0 nib - 8, Q5_0 nib5 - 16,
+ * Q8_0 as stored), unsigned for kinds 3..4 (Q4_1 nib, Q5_1 nib5). */
+VN_INL __m256i vn_weights(const uint8_t *b, const int kind) {
+    if (kind == 0) return _mm256_sub_epi8(vn_nib(b + 2), _mm256_set1_epi8(8));
+    if (kind == 2) return vn_ld(b + 2);
+    if (kind == 3) return vn_nib(b + 4);
+    const uint32_t h = vn_rd32(b + (kind == 1 ? 2 : 4));
+    const __m256i n = vn_nib(b + (kind == 1 ? 6 : 8));
+#if VN_AVX512
+    if (kind == 1) /* nib - 16 where the fifth bit is clear */
+        return _mm256_mask_sub_epi8(n, _cvtu32_mask32(~h), n, _mm256_set1_epi8(16));
+    return _mm256_mask_add_epi8(n, _cvtu32_mask32(h), n, _mm256_set1_epi8(0x10)); /* nib < 16: + 16 is | 16 */
+#else
+    if (kind == 1) return _mm256_add_epi8(n, _mm256_andnot_si256(vn_bits(h), _mm256_set1_epi8(-16)));
+    return _mm256_or_si256(n, _mm256_and_si256(vn_bits(h), _mm256_set1_epi8(0x10)));
+#endif
+}
+
+/* The 8 int32 lanes of one block: w (as vn_weights gives it; wa = |w| for the signed kinds) . x */
+VN_INL __m256i vn_isum(__m256i w, __m256i wa, __m256i x, const int kind) {
+    if (kind <= 2) return VN_DPBUSD(_mm256_setzero_si256(), wa, _mm256_sign_epi8(x, w));
+    (void)wa;
+    return VN_DPBUSD(_mm256_setzero_si256(), w, x);
+}
+
+/* One block ib of the nr rows of a tile into acc[] (even or odd chain; accm[] for the Q8_1 kinds). */
+VN_INL void vn_block(const uint8_t *w, const uint8_t *a, int64_t as, const int nr, int64_t ib, const int kind,
+                     __m256 *acc, float *accm) {
+    const uint8_t *b = w + ib * vn_bytes[kind];
+    const __m256i q = vn_weights(b, kind);
+    const __m256i qa = kind <= 2 ? _mm256_sign_epi8(q, q) : q;
+    const float dw = vn_h2f(b);
+    const __m256 dwv = _mm256_set1_ps(dw);
+    if (kind <= 2) {
+        VN_UNR for (int r = 0; r < nr; r++) {
+            const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(vn_isum(q, qa, vn_ld(x->qs), kind)), acc[r]);
+        }
+    } else {
+        const float mw = vn_h2f(b + 2);
+        VN_UNR for (int r = 0; r < nr; r++) {
+            const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
+            const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
+            acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(vn_isum(q, qa, vn_ld(x->qs), kind)), acc[r]);
+            accm[r] += mw * x->s;
+        }
+    }
+}
+
+/* y[r * ys] for r < nr: the dot of weight row w (nb blocks) with activation rows a + r * as. */
+VN_INL void vn_body(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                    int64_t ys, const int kind) {
+    __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
+    float accm[UB_MM_RT];
+    VN_UNR for (int r = 0; r < nr; r++) {
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+        accm[r] = 0.0f;
+    }
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        vn_block(w, a, as, nr, ib, kind, acc0, accm);
+        vn_block(w, a, as, nr, ib + 1, kind, acc1, accm);
+    }
+    if (ib < nb) vn_block(w, a, as, nr, ib, kind, acc0, accm);
+    VN_UNR for (int r = 0; r < nr; r++) {
+        const float s = vn_hsum(_mm256_add_ps(acc0[r], acc1[r]));
+        y[r * ys] = kind <= 2 ? s : s + accm[r];
+    }
+}
+
+#define VN_DISPATCH(NAME, KIND)                                                                             \
+    VN void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
+        switch (nr) {                                                                                       \
+        case 1: vn_body(nb, w, a, as, 1, y, ys, KIND); break;                                               \
+        case 2: vn_body(nb, w, a, as, 2, y, ys, KIND); break;                                               \
+        case 3: vn_body(nb, w, a, as, 3, y, ys, KIND); break;                                               \
+        case 4: vn_body(nb, w, a, as, 4, y, ys, KIND); break;                                               \
+        case 5: vn_body(nb, w, a, as, 5, y, ys, KIND); break;                                               \
+        default: vn_body(nb, w, a, as, 6, y, ys, KIND); break;                                              \
+        }                                                                                                   \
+    }
+VN_DISPATCH(vn_dot_q4_0, 0)
+VN_DISPATCH(vn_dot_q5_0, 1)
+VN_DISPATCH(vn_dot_q8_0, 2)
+VN_DISPATCH(vn_dot_q4_1, 3)
+VN_DISPATCH(vn_dot_q5_1, 4)
+
+ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
+    switch (type) {
+    case UB_T_Q4_0: return vn_dot_q4_0;
+    case UB_T_Q5_0: return vn_dot_q5_0;
+    case UB_T_Q8_0: return vn_dot_q8_0;
+    case UB_T_Q4_1: return vn_dot_q4_1;
+    case UB_T_Q5_1: return vn_dot_q5_1;
+    }
+    return 0; /* the k-quants and float types: the AVX2 kernels (vpdpbusd would not save an operation) */
+}
+
+/* ---- GEMM tiles (kinds 0..2: Q4_0, Q5_0, Q8_0): VN_GC weight rows x VN_GR activation rows per call ----
+ * AVX-512 only (32 registers: a 4 x 4 tile of zmm accumulators; on AVX-VNNI's 16 ymm registers every tile
+ * larger than the dot kernels' 1 x 6 spilled and measured slower on Zen 4, so that back-end has none).
+ * A "pair" holds blocks ib (even) and ib + 1 (odd) of one row in one zmm (the even block in the low 256
+ * bits): its halves are exactly the dot kernel's acc0 / acc1 chains.
+ * Integer lanes by the offset trick: u = w + off is unsigned (Q4_0 nib, Q5_0 nib5, Q8_0 w ^ 0x80), and
+ * vpdpbusd(-off * lanesum(x), u, x) = sum of w * x per lane, exactly the dot kernel's lanes; -off * lanesum(x)
+ * is computed once per activation row and shared by the tile's columns. The scale is the same f32 product
+ * dw * dx, then one FMA per block as in the dot kernel. */
+#if VN_AVX512
+#define VN_GC 4
+#define VN_GR 4
+typedef __m512 vp_f;
+typedef __m512i vp_i;
+VN_INL vp_i vp_join(__m256i e, __m256i o) { return _mm512_inserti64x4(_mm512_castsi256_si512(e), o, 1); }
+VN_INL vp_f vp_set2(float e, float o) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(e))),
+                                               _mm256_castps_pd(_mm256_set1_ps(o)), 1));
+}
+VN_INL vp_f vp_zero(void) { return _mm512_setzero_ps(); }
+VN_INL vp_i vp_corr(vp_i x, const int off) { /* -off * (sum of each lane's 4 bytes of x) */
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), x));
+}
+VN_INL vp_f vp_step(vp_f acc, vp_f dw, vp_f dx, vp_i corr, vp_i u, vp_i x) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, x)), acc);
+}
+VN_INL vp_f vp_step_even(vp_f acc, vp_f dw, vp_f dx, vp_i corr, vp_i u, vp_i x) { /* the odd half unchanged */
+    return _mm512_mask3_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, x)), acc, 0x00FF);
+}
+VN_INL float vp_final(vp_f acc) {
+    return vn_hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
+}
+
+/* The unsigned weight bytes u = w + off of block b (kind 0: off 8, 1: 16, 2: 128). */
+VN_INL __m256i vn_uweights(const uint8_t *b, const int kind) {
+    if (kind == 0) return vn_nib(b + 2);
+    if (kind == 2) return _mm256_xor_si256(vn_ld(b + 2), _mm256_set1_epi8((char)0x80));
+    const uint32_t h = vn_rd32(b + 2);
+    const __m256i n = vn_nib(b + 6);
+    return _mm256_mask_add_epi8(n, _cvtu32_mask32(h), n, _mm256_set1_epi8(0x10));
+}
+
+VN_INL void vn_gemm_body(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,
+                         int64_t ys, const int kind) {
+    const int bytes = vn_bytes[kind], off = kind == 0 ? 8 : kind == 1 ? 16 : 128;
+    vp_f acc[VN_GC][VN_GR];
+    VN_UNR for (int c = 0; c < VN_GC; c++) VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_zero();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        vp_i x[VN_GR], corr[VN_GR];
+        vp_f dx[VN_GR];
+        VN_UNR for (int r = 0; r < VN_GR; r++) {
+            const ub_act_q8_0 *xb = (const ub_act_q8_0 *)(a + r * as) + ib;
+            x[r] = vp_join(vn_ld(xb[0].qs), vn_ld(xb[1].qs));
+            corr[r] = vp_corr(x[r], off);
+            dx[r] = vp_set2(xb[0].d, xb[1].d);
+        }
+        VN_UNR for (int c = 0; c < VN_GC; c++) {
+            const uint8_t *b = w + c * ws + ib * bytes;
+            const vp_i u = vp_join(vn_uweights(b, kind), vn_uweights(b + bytes, kind));
+            const vp_f dw = vp_set2(vn_h2f(b), vn_h2f(b + bytes));
+            VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step(acc[c][r], dw, dx[r], corr[r], u, x[r]);
+        }
+    }
+    if (ib < nb) { /* the last, even block: the even half only */
+        vp_i x[VN_GR], corr[VN_GR];
+        vp_f dx[VN_GR];
+        VN_UNR for (int r = 0; r < VN_GR; r++) {
+            const ub_act_q8_0 *xb = (const ub_act_q8_0 *)(a + r * as) + ib;
+            x[r] = vp_join(vn_ld(xb[0].qs), _mm256_setzero_si256());
+            corr[r] = vp_corr(x[r], off);
+            dx[r] = vp_set2(xb[0].d, 0.0f);
+        }
+        VN_UNR for (int c = 0; c < VN_GC; c++) {
+            const uint8_t *b = w + c * ws + ib * bytes;
+            const vp_i u = vp_join(vn_uweights(b, kind), _mm256_setzero_si256());
+            const vp_f dw = vp_set2(vn_h2f(b), 0.0f);
+            VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step_even(acc[c][r], dw, dx[r], corr[r], u, x[r]);
+        }
+    }
+    VN_UNR for (int c = 0; c < VN_GC; c++) VN_UNR for (int r = 0; r < VN_GR; r++) y[r * ys + c] = vp_final(acc[c][r]);
+}
+
+VN void vn_gemm_q4_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 0);
+}
+VN void vn_gemm_q5_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 1);
+}
+VN void vn_gemm_q8_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 2);
+}
+
+#endif
+
+ub_mm_gemm VN_SUFFIX(ub_mm_gemm)(int32_t type) {
+    ub_mm_gemm g = {0, 0, 0};
+#if VN_AVX512
+    g.gc = VN_GC;
+    g.gr = VN_GR;
+    if (type == UB_T_Q4_0) g.fn = vn_gemm_q4_0;
+    else if (type == UB_T_Q5_0) g.fn = vn_gemm_q5_0;
+    else if (type == UB_T_Q8_0) g.fn = vn_gemm_q8_0;
+    else g.gc = g.gr = 0;
+#else
+    (void)type; /* 16 ymm registers hold no tile larger than the dot kernels' 1 x 6 (measured slower on Zen 4) */
+#endif
+    return g;
+}
