@@ -47,6 +47,7 @@ static int detect_lr(const gparser *p, int64_t r, uint8_t *visited, uint8_t *in_
  * prefixes), found by an iterative DFS with colours. Returns the rule on a cycle, or -1. */
 static int64_t deep_lr(const gparser *p, uint8_t *nullable, uint8_t *colour, int64_t *stk, int64_t *it) {
     int64_t n = p->n_rules;
+    if (n <= 0) return -1;
     memset(nullable, 0, (size_t)n);
     for (int changed = 1; changed;) {
         changed = 0;

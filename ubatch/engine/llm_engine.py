@@ -99,7 +99,7 @@ class _Seq:
         self.d_text = ""
         self.d_tok: List[int] = []
         self.d_lp: Optional[list] = [] if req.params.logprobs is not None else None
-        self.gstate = req.grammar.state() if req.grammar is not None else None   # its own grammar position
+        self.gstate = req.grammar.clone() if req.grammar is not None else None   # its own grammar position
         self.spec = None                  # speculative decoding state (spec_engine.SeqSpec)
 
     @property
@@ -236,8 +236,16 @@ class LLMEngine:
         if rid in self._reqs:
             raise ValueError(f"request_id {rid!r} is already in use")
         grammar = self._grammar_of(params)
-        if grammar is not None and hasattr(params, "speculative"):
-            params.speculative = False        # drafts would be verified without the grammar: not drafted
+        if grammar is not None:
+            if hasattr(params, "speculative"):
+                params.speculative = False    # drafts would be verified without the grammar: not drafted
+            grammar = grammar.state()         # the requests' start state (its completions clone it)
+            if params.grammar_prefix:
+                from ubatch.grammar import GrammarRejected
+                try:
+                    grammar.accept_text(params.grammar_prefix)
+                except GrammarRejected:
+                    raise ValueError("grammar_prefix: the grammar does not allow this text") from None
         times = RequestTimes(added=time.perf_counter())
         req = _Req(rid, toks, params, times, grammar)
         base = params.seed if params.seed is not None else self._seed_rng.getrandbits(64)
@@ -255,7 +263,7 @@ class LLMEngine:
             return None
         from ubatch.grammar import Grammar, GrammarVocab
         from ubatch.grammar.schema import json_schema_to_gbnf
-        if self.tokenizer is None or not hasattr(self.tokenizer, "_piece_off"):
+        if self.tokenizer is None or not hasattr(self.tokenizer, "token_to_piece"):
             raise ValueError("grammar / json_schema need the model's tokenizer")
         g = params.grammar
         root = "root"

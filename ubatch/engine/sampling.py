@@ -65,6 +65,7 @@ class SamplingParams:
     logit_bias: Optional[Dict[int, float]] = None   # token id -> added to its logit first (-inf bans it)
     grammar: Any = None                     # GBNF text, a ubatch.grammar.Grammar or a LlamaGrammar: constrains
     json_schema: Any = None                 # a JSON schema (dict or JSON text): converted to GBNF, constrains
+    grammar_prefix: Optional[str] = None    # text the constrained output starts with, already in the prompt
     speculative: bool = True                # with an engine draft: False decodes this request without draft rows
 
     @property
@@ -118,6 +119,8 @@ class SamplingParams:
                                           or type(p.grammar).__name__ == "Grammar"):
             raise ValueError(f"grammar must be GBNF text, a ubatch.grammar.Grammar or a LlamaGrammar, got "
                              f"{type(p.grammar).__name__}")
+        if p.grammar_prefix is not None and not isinstance(p.grammar_prefix, str):
+            raise ValueError(f"grammar_prefix must be a str, got {type(p.grammar_prefix).__name__}")
         if p.json_schema is not None and not isinstance(p.json_schema, (dict, str, bool)):
             raise ValueError(f"json_schema must be a dict or JSON text, got {type(p.json_schema).__name__}")
         return p

@@ -70,11 +70,20 @@ class GrammarVocab:
             v = _VOCABS.get(tokenizer)
             if v is None:
                 eog = np.zeros(tokenizer.n_vocab, np.uint8)
-                for t in tokenizer.eog_ids:
+                ids = getattr(tokenizer, "eog_ids", None)
+                if ids is None:
+                    ids = [t for t in range(tokenizer.n_vocab) if tokenizer.is_eog(t)]
+                for t in ids:
                     if 0 <= t < tokenizer.n_vocab:
                         eog[t] = 1
-                off = np.frombuffer(tokenizer._piece_off, dtype=np.int64)
-                v = cls(tokenizer._pieces, off, eog, tokenizer)
+                if hasattr(tokenizer, "_piece_off"):     # ubatch's Tokenizer: its piece cache as it is
+                    off = np.frombuffer(tokenizer._piece_off, dtype=np.int64)
+                    pieces = tokenizer._pieces
+                else:                                    # any other: token_to_piece(special=True), once
+                    ps = [bytes(tokenizer.token_to_piece(t, special=True)) for t in range(tokenizer.n_vocab)]
+                    off = np.concatenate([[0], np.cumsum([len(p) for p in ps])]).astype(np.int64)
+                    pieces = b"".join(ps)
+                v = cls(pieces, off, eog, tokenizer)
                 _VOCABS[tokenizer] = v
             return v
 
@@ -106,7 +115,8 @@ class Grammar:
         self.vocab = vocab
         err = ffi.new("char[]", 512)
         pos = ffi.new("int64_t *")
-        tok = vocab.tokenizer._h if vocab is not None and vocab.tokenizer is not None else ffi.NULL
+        tok = getattr(vocab.tokenizer, "_h", None) if vocab is not None else None
+        tok = tok if isinstance(tok, ffi.CData) else ffi.NULL
         flags = lib.UB_GRAMMAR_SYNTAX_ONLY if syntax_only else 0
         h = lib.ub_grammar_new(src, len(src), root.encode("utf-8"), tok, vocab._h if vocab else ffi.NULL,
                                flags, err, 512, pos)

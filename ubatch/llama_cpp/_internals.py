@@ -245,6 +245,8 @@ class LlamaSampler:
                                                  penalty_present))
 
     def add_grammar(self, model, grammar):
+        if not isinstance(getattr(grammar, "_grammar", None), str):
+            raise TypeError(f"grammar must be a LlamaGrammar, got {type(grammar).__name__}")
         s = L.llama_sampler_init_grammar(model.vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8"))
         if not s:
             raise ValueError("add_grammar: llama.cpp's parser rejects this grammar")

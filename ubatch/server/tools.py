@@ -28,7 +28,7 @@ def constrain(params, plan: ToolPlan):
         return params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
     if hasattr(params, "json_schema"):
-        params = dataclasses.replace(params, json_schema=plan.schema())
+        params = dataclasses.replace(params, json_schema=plan.schema(), grammar_prefix=plan.args_head or None)
     return params
 
 
