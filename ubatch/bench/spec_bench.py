@@ -105,7 +105,7 @@ def _path_of(name: str) -> str:
 
 
 def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int, batched: int,
-              n_threads: Optional[int], llama_cpp: bool, progress=None) -> dict:
+              n_threads: Optional[int], llama_cpp: bool, progress=None, llama_threads: Optional[int] = None) -> dict:
     from ubatch.engine.llm import load_model
     model = load_model(model_name)
     tok = model.tokenizer
@@ -121,12 +121,14 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
             pass
     if have_lcp:
         path = _path_of(model_name)
-        runners["llama.cpp"] = LlamaCppRunner(path, threads, pld=False)
-        runners["llama.cpp+pld"] = LlamaCppRunner(path, threads, pld=True)
+        lt = llama_threads or threads
+        runners["llama.cpp"] = LlamaCppRunner(path, lt, pld=False)
+        runners["llama.cpp+pld"] = LlamaCppRunner(path, lt, pld=True)
     warm = chat_tokens(tok, "Say hi.")
     for r in runners.values():                              # warm-up: weights paged in, threads started
         r.run_one(warm, 4)
-    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads, "sets": {}}
+    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads,
+                            "llama_threads": llama_threads or threads, "sets": {}}
     for set_name in sets:
         items = load_set(set_name)[:n_prompts]
         per = {k: {"s": 0.0, "tokens": 0, "outs": [], "first_s": 0.0} for k in runners}
@@ -179,7 +181,8 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
 
 def report(res: dict) -> str:
     lines = [f"ubatch bench speculative: {res['model']}, greedy, max_tokens {res['max_tokens']}, single stream, "
-             f"{res['threads']} threads; paired runs per prompt (generated tokens/s)"]
+             f"{res['threads']} threads (llama.cpp {res.get('llama_threads', res['threads'])}); paired runs per prompt "
+             f"(generated tokens/s, prompt prefill included)"]
     hdr = f"{'set':6} | {'ubatch':>8} {'+draft':>8} | {'llama.cpp':>9} {'+PLD':>8} | {'draft/ub':>8} " \
           f"{'draft/lcp':>9} {'draft/PLD':>9} | {'ub equal':>8} {'lcp PLD equal':>13}"
     lines += [hdr, "-" * len(hdr)]
@@ -219,7 +222,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--prompts", type=int, default=8, help="prompts per set (default all 8)")
     p.add_argument("--batched", type=int, default=8, help="sequences of the batched run (0: skip)")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="ubatch's threads (default: all cores)")
+    p.add_argument("--llama-threads", type=int, default=None,
+                   help="llama-cpp-python's threads (default: --threads; on a loaded machine its spinning thread "
+                        "pool is far faster with 1)")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip llama-cpp-python")
     p.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON")
 
@@ -232,7 +238,7 @@ def main_args(args, progress=None) -> int:
               file=sys.stderr)
         return 2
     res = run_bench(args.model, sets, args.max_tokens, args.prompts, args.batched, args.threads,
-                    not args.no_llama_cpp, progress)
+                    not args.no_llama_cpp, progress, llama_threads=args.llama_threads)
     print(report(res))
     if args.json:
         with open(args.json, "w") as f:
