@@ -122,12 +122,27 @@ def address_space_cap(extra: int = 1 << 30):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def _load_everything(path: str) -> None:
-    for load in (GGUFFile, Tokenizer.from_gguf):
+def _tokenize(tok) -> None:
+    """The fuzzed vocabulary at work: encode (specials parsed or not, invalid UTF-8 too), decode, pieces."""
+    for text in ("ab a<|im_end|> <s>x", b"\xff\xfeab \xe7\x8c", "▁a ab"):
         try:
-            load(path)
-        except (GGUFError, ValueError) as e:
+            ids = tok.encode(text, parse_special=True, strict_utf8=False)
+            tok.decode_bytes(ids, unparse_special=True)
+            for i in ids[:8]:
+                tok.token_to_piece(i, special=True)
+        except ValueError as e:
             assert str(e).strip()
+
+
+def _load_everything(path: str) -> None:
+    try:
+        GGUFFile(path)
+    except (GGUFError, ValueError) as e:
+        assert str(e).strip()
+    try:
+        _tokenize(Tokenizer.from_gguf(path))
+    except (GGUFError, ValueError) as e:
+        assert str(e).strip()
     try:
         m = Model.from_gguf(path)
     except (GGUFError, ValueError) as e:

@@ -116,6 +116,14 @@ def test_wrongly_typed_standard_keys(tmp_path, key, val):
     _refused(tmp_path, dict(_kv(), **{key: val}), key)
 
 
+def test_a_block_count_the_file_cannot_hold(tmp_path):
+    # found by the fuzzer: 2**31 - 1 layers made a per-layer list of 16 GB before any tensor was checked
+    p = G.write(tmp_path / "m.gguf", dict(G.standard_kv(), **{"llama.block_count": (2**31 - 1, VT.UINT32)}),
+                n_vocab=len(G.vocab_tokens()))
+    with pytest.raises(GGUFError, match="block_count = 2147483647 exceeds the 11 tensors"):
+        Model.from_gguf(p)
+
+
 def test_gemma3_swa_keys(tmp_path):
     kv = G.standard_kv(arch="gemma3", n_vocab=40)
     kv["gemma3.attention.sliding_window"] = (512, VT.UINT32)

@@ -310,3 +310,9 @@ def test_seq_state_sliding_window_model():
     finally:
         c.close()
         d.close()
+
+
+def test_seed_zero_means_the_default_seed(byte_vocab):
+    """0.3.36 maps Llama(seed=0) to LLAMA_DEFAULT_SEED (a random seed per run), as `seed or LLAMA_DEFAULT_SEED`."""
+    assert L.Llama(TINY_LLAMA_PATH, n_ctx=64, seed=0, verbose=False)._seed == L.LLAMA_DEFAULT_SEED
+    assert L.Llama(TINY_LLAMA_PATH, n_ctx=64, seed=7, verbose=False)._seed == 7

@@ -68,6 +68,19 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
 
 
+# ---- item 1 -----------------------------------------------------------------------------------------------
+def test_long_stop_strings_over_http(server):
+    # four 20,000-character stops that never match: the same completion as without them (the old matcher
+    # spent ~10^10 character compares on these 64 tokens; the cost is counted in test_stop_matching.py)
+    stops = [chr(ord("a") + k) * 19_999 + "!" for k in range(4)]
+    with server.client(timeout=120) as c:
+        plain = c.post(C, json=_cmpl(max_tokens=64, return_token_ids=True))
+        long_ = c.post(C, json=_cmpl(max_tokens=64, return_token_ids=True, stop=stops))
+    assert plain.status_code == long_.status_code == 200, long_.text
+    a, b = plain.json()["choices"][0], long_.json()["choices"][0]
+    assert a["text"] == b["text"] and a["token_ids"] == b["token_ids"]
+
+
 # ---- item 5 -----------------------------------------------------------------------------------------------
 def test_idle_sockets_do_not_lock_the_server_out(server):
     idle = [socket.create_connection(_addr(server)) for _ in range(200)]
@@ -219,7 +232,7 @@ class Fatal(BaseException):
 
 
 class ThreadServer:
-    def __init__(self) -> None:
+    def __init__(self, where: str = "step") -> None:
         import ubatch
         from ubatch.engine.llm_engine import LLMEngine
         from ubatch.server.app import create_app
@@ -227,15 +240,15 @@ class ThreadServer:
         from ubatch.server.state import ServerState
         cfg = ServerConfig(model="tiny-llama", parallel=2, n_ctx=256)
         self.engine = LLMEngine(ubatch.models.tiny_llama(), n_ctx=cfg.n_ctx, n_seq_max=2, kv_unified=True)
-        real = self.engine.step
+        real = getattr(self.engine, where)
         self.poison = threading.Event()
 
-        def step():
+        def poisoned(*a, **kw):
             if self.poison.is_set():
                 raise Fatal("/secret/path/engine.py exploded")
-            return real()
+            return real(*a, **kw)
 
-        self.engine.step = step
+        setattr(self.engine, where, poisoned)       # step: a request in flight; add_request: one just taken
         self.state = ServerState(cfg, self.engine)
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.state), host="127.0.0.1", port=0,
                                                     log_level="critical", lifespan="on"))
@@ -252,8 +265,9 @@ class ThreadServer:
         self.thread.join(30)
 
 
-def test_dead_engine_thread_gives_503_and_health_says_so():
-    srv = ThreadServer()
+@pytest.mark.parametrize("where", ["step", "add_request"])
+def test_dead_engine_thread_gives_503_and_health_says_so(where):
+    srv = ThreadServer(where)
     try:
         with httpx.Client(base_url=srv.url, timeout=30) as c:
             body = {"model": "tiny-llama", "prompt": [1, 2, 3], "max_tokens": 200, "temperature": 0}

@@ -5,8 +5,9 @@ Hermes / Qwen 2.5 convention: a call is `<tool_call>\\n{"name": ..., "arguments"
   whose template does not mention `tools` gets a system message listing them and the call syntax, and the
   conversation's earlier calls / tool results written out in the same syntax.
 * Forced call (tool_choice naming a function, or "required" with one tool): the answer is opened for the model,
-  `<tool_call>\\n{"name": "NAME", "arguments": ` ending the prompt, so what it generates is the arguments; with
-  a grammar engine they are sampled under the tool's JSON schema (`arguments_constraint`).
+  `<tool_call>\\n{"name": "NAME", "arguments": {"` ending the prompt (`{"` for an object schema with
+  properties, `{` without, nothing for other schemas), so what it generates is the arguments; with a grammar
+  engine they are sampled under the tool's JSON schema.
 * Parsing: the `<tool_call>` blocks of the generated text (a closing tag may be missing at the end), or a whole
   answer that is one {"name", "arguments"} object naming a known tool; the rest is the message content.
 * Streaming: ToolStream turns text deltas into OpenAI's content / tool_calls deltas (a possible `<tool_call>`

@@ -16,14 +16,15 @@ Prompt = Union[str, Sequence[int]]
 @dataclass
 class Completion:
     """One completion: text (no stop string), tokens (no end-of-generation token), finish_reason "stop" (EOG or
-    a stop string) or "length" (max_tokens or the context), prompt_tokens, index (the completion's number among
-    the n of its prompt)."""
+    a stop string) or "length" (max_tokens or the context) — "tool_calls" for a chat answer with tool calls —,
+    prompt_tokens, index (the completion's number among the n of its prompt)."""
 
     text: str
     tokens: List[int]
     finish_reason: str
     prompt_tokens: int
     index: int
+    tool_calls: Optional[List[dict]] = None   # chat(tools=...): OpenAI's tool_calls (finish_reason "tool_calls")
 
 
 def load_model(model):
@@ -167,18 +168,35 @@ class LLM:
                            template=template)
 
     def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
-             parse_special: bool = False, **sampling) -> Completion:
+             tools: Optional[List[dict]] = None, tool_choice=None, parse_special: bool = False,
+             **sampling) -> Completion:
         """One completion of the conversation rendered in the model's chat format (chat_format / template
         choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
         `stop` strings as in generate. Message contents are tokenized as text (a user's `<|im_end|>` stays
         text), only the format's markup gives special tokens; parse_special=True parses special-token text in
-        the contents too (llama-cpp-python's way)."""
+        the contents too (llama-cpp-python's way). tools / tool_choice (OpenAI's shapes, as ubatch serve takes
+        them, ValueError naming a malformed field): the calls the model makes are in .tool_calls, the rest of
+        its answer in .text (see ubatch.chat.tools)."""
         tok = self.tokenizer
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
+        from ubatch.chat.tool_plan import check, engine_constrains
         from ubatch.tokenizer.chat_encode import chat_prompt_ids
-        return self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
+        plan = check(tools, tool_choice, constrained=engine_constrains(tok))
+        if plan.active:
+            fmt = plan.chat_format(fmt)
+            if plan.forced is not None:                   # one call asked for: it ends at its </tool_call>
+                from ubatch.chat.tools import CLOSE
+                stop = sampling.get("stop")
+                sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
+                if plan.constrained:                      # its arguments under the tool's JSON schema
+                    sampling["json_schema"] = plan.schema()
+        c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
+        if plan.active:
+            msg, c.finish_reason = plan.message(c.text, c.finish_reason)
+            c.text, c.tool_calls = msg["content"] or "", msg.get("tool_calls")
+        return c
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

@@ -16,6 +16,10 @@ Each `step()` is one round of llama.cpp's server loop:
 5. a sequence ends on an end-of-generation token, a stop string (matched on the text, see detok.py), max_tokens,
    or when its next token would not fit in its context (n_ctx_seq cells): "stop" or "length". Its cells are
    freed (seq_rm) and its sequence id goes to the next admissions.
+6. prefix caching (prefix_cache.py, on unless enable_prefix_caching=False): a finished sequence's cells stay as a
+   cached entry instead of being freed; an admitted prompt takes the longest prefix some sequence holds (seq_cp) or
+   waits for the running one computing it, and only the rest is decoded; cached cells are evicted before a full
+   cache makes the engine retry or preempt.
 """
 from __future__ import annotations
 
@@ -305,9 +309,9 @@ class LLMEngine:
             if len(unit) > len(self._free) or not self._room(unit):
                 break
             self._waiting.popleft()
-            if req.times.ub_admitted < 0:
+            first = req.times.ub_admitted < 0
+            if first:
                 req.times.ub_admitted = self.statistics.n_ubatches
-                req.times.seq_id = self._free[0]
             stamp = next(self._stamp)
             for k, s in enumerate(unit):
                 s.seq_id = (heapq.heappop(self._free) if self._prefix is None
@@ -316,6 +320,8 @@ class LLMEngine:
                 s.n_past = 0
                 s.state = PROMPT if k == 0 else FORK
                 self._active[s.seq_id] = s
+            if first:
+                req.times.seq_id = unit[0].seq_id
             if self._prefix is not None:
                 self._prefix.start(unit[0])           # the longest cached prefix, or a wait for a running one
 

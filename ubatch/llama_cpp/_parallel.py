@@ -29,17 +29,32 @@ class _Choice:
             repeat_penalty=s["repeat_penalty"], frequency_penalty=s["frequency_penalty"],
             presence_penalty=s["presence_penalty"], mirostat_mode=s["mirostat_mode"],
             mirostat_tau=s["mirostat_tau"], mirostat_eta=s["mirostat_eta"],
-            seed=(group.prep.seed + k) & 0xFFFFFFFF)
+            seed=(group.prep.seed + k) & 0xFFFFFFFF, logits_processor=group.prep.logits_processor,
+            input_ids=self.input_ids)
         self.n_past = 0
+        self.tail: List[int] = []   # tokens decoded after the prompt (what its KV holds beyond it)
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
+
+    def input_ids(self):
+        """What the context holds for this choice: its prompt and the tokens decoded after it (intc)."""
+        import numpy as np
+        return np.asarray(list(self.group.prep.tokens) + self.tail, dtype=np.intc)
+
+
+def _logits_row(llm, row: int):
+    """The logits (float32[n_vocab], a copy) the choice's token was sampled from. 0.3.36's single path hands its
+    stopping criteria an unrelated row (scores[0]); the batched path gives the row that was sampled."""
+    import numpy as np
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(llm.ctx, row), shape=(llm._n_vocab,)).copy()
 
 
 class _Group:
     """One prompt with its n choices."""
 
-    def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool) -> None:
+    def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool, stopping_criteria=None) -> None:
         self.llm, self.prep, self.sampling, self.echo = llm, prep, sampling, echo
+        self.stopping_criteria = stopping_criteria
         self.choices = [_Choice(self, k) for k in range(n)]
         self.fed = 0                       # prompt tokens decoded so far (into choices[0].seq)
         self.forked = False
@@ -62,6 +77,7 @@ class ParallelRunner:
         self.calls: List[_Call] = []
         self.closed = False
         self.batch = L.llama_batch_init(max(llm.n_batch, self.n_seq), 0, 1)
+        self.prefix = _prefix_for(llm, self.n_seq)
         self.thread = threading.Thread(target=self._loop, name="ubatch-llama-parallel", daemon=True)
         self.thread.start()
 
@@ -103,6 +119,8 @@ class ParallelRunner:
     def _clear_all(self) -> None:
         mem = L.llama_get_memory(self.llm.ctx)
         L.llama_memory_clear(mem, True)
+        if self.prefix is not None:
+            self.prefix = _prefix_for(self.llm, self.n_seq)
         self.free = list(range(self.n_seq))
         self.active, self.calls, self.waiting = [], [], []
 
@@ -125,6 +143,8 @@ class ParallelRunner:
                     break
                 for c in g.choices:
                     c.seq = self.free.pop(0)
+                if self.prefix is not None:       # the longest cached prefix, shared (seq_cp), is not decoded
+                    g.fed = self.prefix.lookup(g.prep.tokens, g.choices[0].seq)
                 self.active.append(g)
                 admitted = True
             if call not in self.calls:
@@ -146,6 +166,7 @@ class ParallelRunner:
                     continue
                 tok = c.state.tokens[-1]
                 b.token[n], b.pos[n], b.n_seq_id[n], b.seq_id[n][0], b.logits[n] = tok, c.n_past, 1, c.seq, 1
+                c.tail.append(tok)
                 rows.append((c, n))
                 c.n_past += 1
                 n += 1
@@ -166,6 +187,8 @@ class ParallelRunner:
             return
         b.n_tokens = n
         rc = L.llama_decode(llm.ctx, b)
+        while rc == 1 and self.prefix is not None and self.prefix.evict_for(n):
+            rc = L.llama_decode(llm.ctx, b)     # cached cells went first: the decode fails only as without them
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} in the batched completion path")
         for c, row in rows:
@@ -182,13 +205,22 @@ class ParallelRunner:
             for t in targets:
                 tok = L.llama_sampler_sample(t.sampler.sampler, llm.ctx, row)
                 t.row = -2
-                if t.state.feed(tok):
+                crit = g.stopping_criteria
+                if crit is not None and crit(t.input_ids(), _logits_row(llm, row)):
+                    t.state.text = llm.detokenize(t.state.tokens, prev_tokens=g.prep.tokens)
+                    t.state.finish = "stop"          # the criterion's token is not part of the completion
+                    self._finish(t)
+                elif t.state.feed(tok):
                     self._finish(t)
         self._retire()
 
     def _finish(self, c: _Choice) -> None:
         c.done = True
-        L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), c.seq, -1, -1)
+        if self.prefix is not None and c.n_past > 0:
+            toks = (list(c.group.prep.tokens) + c.tail)[:c.n_past]
+            self.prefix.store(c.seq, toks)       # its cells stay as a cached prefix (or are freed)
+        else:
+            L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), c.seq, -1, -1)
         self.free.append(c.seq)
         self.free.sort()
         c.sampler.close()
@@ -199,6 +231,19 @@ class ParallelRunner:
             if all(c.done for g in call.groups for c in g.choices):
                 self.calls.remove(call)
                 call.future.set_result(_response(call))
+
+
+def _prefix_for(llm, n_seq: int):
+    """The prefix reuse of this Llama's batched paths (None when Llama(prefix_cache=False) or the KV cache has
+    one stream per sequence)."""
+    if not getattr(llm, "prefix_cache", False):
+        return None
+    from ubatch.llama_cpp._handles import REGISTRY
+    from ubatch.llama_cpp._prefix import DropInPrefix
+    kv = REGISTRY.get(llm._ctx.ctx, "context").kv
+    if kv.n_stream != 1:
+        return None
+    return DropInPrefix(kv, n_seq)
 
 
 def _response(call: _Call) -> Dict[str, Any]:
@@ -222,20 +267,20 @@ def _response(call: _Call) -> Dict[str, Any]:
 
 
 def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dict[str, Any]:
-    for key, what in (("logprobs", "logprobs"), ("logits_processor", "logits_processor"),
-                      ("stopping_criteria", "stopping_criteria"), ("logit_bias", "logit_bias")):
+    for key, what in (("logprobs", "logprobs"),):
         if args.get(key) is not None:
             raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
                                       f"(the batched path)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     sampling = {k: args[k] for k in _SAMPLING_KEYS}
-    prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model")}
+    prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model", "logit_bias",
+                                          "logits_processor")}
     groups = []
     for p in prompts:
         prep = Prepared(llm, p, **prep_args)
         llm.set_seed(prep.seed)          # the seed chain advances as for sequential calls
-        groups.append(_Group(llm, prep, n, sampling, bool(args.get("echo"))))
+        groups.append(_Group(llm, prep, n, sampling, bool(args.get("echo")), args.get("stopping_criteria")))
     with llm._lock:
         if llm._parallel is None:
             llm._parallel = ParallelRunner(llm)

@@ -123,14 +123,14 @@ class Llama:
                  lora_scale: float = 1.0, lora_path=None, numa=False, chat_format: Optional[str] = None,
                  chat_handler=None, draft_model=None, tokenizer=None, type_k: Optional[int] = None,
                  type_v: Optional[int] = None, spm_infill: bool = False, verbose: bool = True,
-                 n_seq_max: Optional[int] = None, **kwargs) -> None:
+                 n_seq_max: Optional[int] = None, prefix_cache: bool = True, **kwargs) -> None:
         for name, what in _UNSUPPORTED.items():
             v = locals().get(name)
             if v:
                 raise NotImplementedError(f"Llama({name}=...): {what} is not supported by ubatch.llama_cpp")
         self.verbose = verbose
         self.model_path = model_path
-        self._seed = seed
+        self._seed = seed or LLAMA_DEFAULT_SEED       # 0.3.36: seed=0 means the default (random) seed
         self.last_n_tokens_size = last_n_tokens_size
         self.spm_infill = spm_infill
         self.draft_model = draft_model
@@ -142,6 +142,7 @@ class Llama:
             from ubatch.llama_cpp._speculative import DraftState
             self._draft_state = DraftState(self)
         self.cache = None
+        self.prefix_cache = bool(prefix_cache)   # ubatch: prefix reuse across the batched paths' requests
         self.lora_path, self.lora_base, self.lora_scale = None, None, lora_scale
         self.numa = numa
         self._use_mlock = bool(use_mlock)
@@ -190,6 +191,8 @@ class Llama:
         self.n_seq_max = int(cp.n_seq_max)
         self._batched = n_seq_max is not None and self.n_seq_max > 1
 
+        from ubatch.llama_cpp._context import check_rope
+        check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
@@ -330,7 +333,7 @@ class Llama:
             chunk = list(tokens[i: min(len(tokens), i + self.n_batch)])
             n_past, n = self.n_tokens, len(chunk)
             self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=self._logits_all)
-            self._ctx.decode(self._batch)
+            self._decode_chunk(n)
             self.input_ids[n_past: n_past + n] = chunk
             if self._logits_all:
                 logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
@@ -338,13 +341,29 @@ class Llama:
             self.n_tokens += n
             self._requires_eval = False
 
+    def _decode_chunk(self, n: int) -> None:
+        """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
+        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
+        pre = self._parallel.prefix if self._parallel is not None else None
+        while True:
+            rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            if rc == 1 and pre is not None and pre.evict_for(n):
+                continue
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            return
+
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
-                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None):
+                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None,
+                      input_ids=None):
+        """input_ids: () -> the token ids the logits processors see (default: this context's evaluated tokens;
+        the batched paths give each choice its own)."""
         seed = self._seed if seed is None else seed
         s = internals.LlamaSampler()
         if logits_processor is not None:
-            input_ids = lambda: self._input_ids  # noqa: E731
+            if input_ids is None:
+                input_ids = lambda: self._input_ids  # noqa: E731
 
             def apply_func(cur_p):
                 size = cur_p.contents.size
@@ -480,8 +499,7 @@ class Llama:
             raise NotImplementedError("create_completion(grammar=...): grammar-constrained sampling is not "
                                       "implemented in ubatch.llama_cpp")
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
-        single_only = any(args.get(k) is not None for k in ("logprobs", "logits_processor", "stopping_criteria",
-                                                              "logit_bias"))
+        single_only = args.get("logprobs") is not None
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:
@@ -550,6 +568,21 @@ class Llama:
                        repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                        logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
+        """create_chat_completion's result as the openai package's types (ChatCompletion, or a generator of
+        ChatCompletionChunk when stream=True), as 0.3.36; needs `pip install openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError as e:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package. "
+                              "You can install it with `pip install openai`.") from e
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError("stream must be a bool")
+        if stream:
+            return (ChatCompletionChunk(**c) for c in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
 
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
@@ -632,6 +665,8 @@ class Llama:
             self.n_tokens = state.n_tokens
             self._requires_eval = True
             self._seed = state.seed
+            if self._parallel is not None and self._parallel.prefix is not None:
+                self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
 
     def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
@@ -663,7 +698,8 @@ class Llama:
                     lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
                     chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
                     type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
-                    n_seq_max=self.n_seq_max if self._batched else None)
+                    n_seq_max=self.n_seq_max if self._batched else None,
+                    prefix_cache=getattr(self, "prefix_cache", True))
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)

@@ -124,6 +124,8 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
     k = _Keys(f, arch)
     n_embd = _int(f, f"{arch}.embedding_length", k.req("embedding_length"))
     n_layer = _int(f, f"{arch}.block_count", k.req("block_count"))
+    if n_layer > max(len(f.tensors), 1024):   # every layer has tensors: a count the file cannot hold is corrupt
+        raise GGUFError(f"{f.path}: {arch}.block_count = {n_layer} exceeds the {len(f.tensors)} tensors of the file")
     n_ctx_train = _int(f, f"{arch}.context_length", k.req("context_length"))
     if _int(f, f"{arch}.expert_count", k.get("expert_count", 0), 0) > 0:
         raise GGUFError(f"{f.path}: {arch}.expert_count > 0: mixture-of-experts models are not supported")

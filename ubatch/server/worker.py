@@ -7,7 +7,8 @@ abort_request: an aborted sequence's KV cells are freed before the next step), r
 jobs, then one `step()` (one token of every generating sequence plus prompt chunks), and posts each
 request's progress back to the event loop with one call_soon_threadsafe per step. A step that raises fails
 the requests that had a sequence in it (500; those still queued in the engine go on) and the loop goes on;
-the server stays up."""
+the server stays up. Should the thread itself die (an exception no handler catches), every request it held
+fails at once with 503 `engine_dead`, later ones are refused the same way and /health reports it."""
 from __future__ import annotations
 
 import asyncio
@@ -87,6 +88,7 @@ class EngineWorker:
         self._cancels: List[str] = []
         self._inflight = 0
         self._live: Dict[str, _Job] = {}           # engine thread only
+        self._in_hand: List[_Job] = []             # engine thread only: the submissions of the current round
         self._stop = False
         self.draining = False
         self.dead: Optional[str] = None            # why the engine thread stopped unexpectedly (None: it did not)
@@ -185,8 +187,10 @@ class EngineWorker:
             self.dead = type(exc).__name__
             inbox, self._inbox = self._inbox, []
             self._cancels = []
-        posts = [(job.handle, ("error", err)) for job in inbox]
+        held = [j for j in self._in_hand if j.handle.rid not in self._live]   # taken, not yet in the engine
+        posts = [(job.handle, ("error", err)) for job in inbox + held]
         posts += [(job.handle, ("error", err)) for job in self._live.values()]
+        self._in_hand = []
         self._live.clear()
         with self._lock:
             self._inflight = 0
@@ -202,6 +206,7 @@ class EngineWorker:
                 inbox, self._inbox = self._inbox, []
                 cancels, self._cancels = self._cancels, []
                 stopping = self._stop
+            self._in_hand = inbox
             posts: List[Tuple[Handle, tuple]] = []
             if stopping:
                 self._shutdown(inbox, posts)

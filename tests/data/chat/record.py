@@ -104,9 +104,8 @@ def record_handlers():
         for cname, (kw, texts) in cases.items():
             name = f"functionary-{'v1' if v1 else 'v2'}|{cname}"
             out[name] = run_handler(h, kw, texts, hf_template=C.FUNCTIONARY_HF_TEMPLATE, v1=v1)
-            if not v1:
-                out[name + "|stream"] = run_handler(h, kw, texts, stream=True,
-                                                    hf_template=C.FUNCTIONARY_HF_TEMPLATE)
+            out[name + "|stream"] = run_handler(h, kw, texts, stream=True, hf_template=C.FUNCTIONARY_HF_TEMPLATE,
+                                                v1=v1)
     # a registered format's handler (chatml) with a forced tool, legacy functions, response_format
     h = F.get_chat_completion_handler("chatml")
     forced = {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,
