@@ -79,3 +79,19 @@ def test_token_prefix_is_vectorised_and_exact():
     a = list(range(100))
     assert token_prefix(a, a[:40] + [7]) == 40 and token_prefix(a, a) == 100 and token_prefix([], a) == 0
     assert token_prefix(np.arange(5), (0, 1, 2, 9)) == 3
+
+
+def test_load_state_resets_the_cached_prefixes():
+    """Llama.load_state replaces the whole KV cache: the batched paths' index starts over (no stale holder)."""
+    llm = make(n_seq_max=2, n_batch=64)
+    ref = make(n_seq_max=2, n_batch=64, prefix_cache=False)
+    p = [SYSTEM + "A", SYSTEM + "B"]
+    llm("warm", max_tokens=2, temperature=0.0)
+    st = llm.save_state()
+    llm.create_completion(p, max_tokens=4, temperature=0.0)
+    pre = llm._parallel.prefix
+    assert pre.tokens
+    llm.load_state(st)
+    assert not pre.tokens and len(pre.free) == 256 - 2
+    assert ([c["text"] for c in llm.create_completion(p, max_tokens=4, temperature=0.0)["choices"]]
+            == [c["text"] for c in ref.create_completion(p, max_tokens=4, temperature=0.0)["choices"]])

@@ -184,7 +184,14 @@ def test_tool_plan_answers():
     assert len(msg["tool_calls"]) == 1 and msg["content"] is None
     assert S.check(TOOLS, "auto").message("just text", "stop") == ({"role": "assistant", "content": "just text"},
                                                                    "stop")
-    forced = S.check(TOOLS, {"type": "function", "function": {"name": "add"}})
+    from ubatch.chat.tool_plan import check as plan_of
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    choice = {"type": "function", "function": {"name": "add"}}
+    constrained = plan_of(TOOLS, choice, constrained=True)      # the grammar engine writes the arguments
+    assert constrained.prefix == '<tool_call>\n{"name": "add", "arguments": ' and constrained.constrained
+    assert constrained.message(' {"a": 1} ', "stop")[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    forced = S.check(TOOLS, choice, tokenizer=ByteTokenizer())  # unconstrained: the arguments opened
+    assert not forced.constrained
     assert forced.prefix == '<tool_call>\n{"name": "add", "arguments": {"'       # the arguments opened
     msg, fin = forced.message('a": 1', "length")                      # cut by max_tokens: said so
     assert fin == "length" and msg["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1'}
@@ -200,7 +207,7 @@ def test_tool_plan_answers():
         "function"] == {"name": "add", "arguments": '{"b": 2}'}
     from ubatch.engine.sampling import SamplingParams
     p = S.constrain(SamplingParams(stop=["x"]), forced)
-    assert p.stop == ["x", "</tool_call>"]
+    assert p.stop == ["x", "</tool_call>"] and getattr(p, "json_schema", None) is None
     assert S.constrain(SamplingParams(), S.check(TOOLS, "auto")).stop is None
 
 

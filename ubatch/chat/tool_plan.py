@@ -12,11 +12,22 @@ from ubatch.chat import tools as T
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def engine_constrains(tokenizer=None) -> bool:
+    """The engine samples under a JSON schema (SamplingParams.json_schema: the grammar engine is built in) for
+    this tokenizer (the tiny model's byte tokenizer is not a vocabulary the grammar engine takes)."""
+    import dataclasses
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    from ubatch.engine.sampling import SamplingParams
+    return (any(f.name == "json_schema" for f in dataclasses.fields(SamplingParams))
+            and not isinstance(tokenizer, ByteTokenizer))
+
+
 class ToolPlan:
     """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
     suffix that opens the answer for the model, the names a call may use."""
 
-    def __init__(self, tools: Optional[List[dict]], choice: Any, parallel: Optional[bool] = None) -> None:
+    def __init__(self, tools: Optional[List[dict]], choice: Any, parallel: Optional[bool] = None,
+                 constrained: bool = False) -> None:
         self.tools = tools if tools and choice != "none" else None
         self.parallel = parallel is not False         # parallel_tool_calls: false keeps the first call
         self.choice = choice
@@ -24,10 +35,11 @@ class ToolPlan:
         self.required = self.tools is not None and self.forced is None and choice == "required"
         self.names = T.tool_names(self.tools) if self.tools else []
         self.args_head = ""        # the start of a forced call's arguments written for the model
+        self.constrained = self.forced is not None and constrained
         if self.forced is not None:
             schema = T.arguments_schema(self.tools, self.forced)
-            if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
-                self.args_head = '{"' if schema.get("properties") else "{"
+            if not self.constrained and schema.get("type", "object") == "object":
+                self.args_head = '{"' if schema.get("properties") else "{"    # (small models write `5` else)
             self.prefix = T.forced_prefix(self.forced) + self.args_head
         elif self.required:
             self.prefix = T.OPEN + "\n"
@@ -83,7 +95,8 @@ def _bad(msg: str, param: str) -> ToolError:
     return ToolError(msg, param)
 
 
-def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None) -> ToolPlan:
+def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None,
+          constrained: bool = False) -> ToolPlan:
     """OpenAI's rules: each tool {"type": "function", "function": {"name", "description"?, "parameters"?}},
     unique names of [A-Za-z0-9_-]{1,64}; tool_choice "none" | "auto" | "required" | {"type": "function",
     "function": {"name"}} naming a given tool (and only with tools)."""
@@ -128,4 +141,4 @@ def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = No
             raise _bad(f"tool_choice: no tool named {f['name']!r} in tools", "tool_choice")
     else:
         raise _bad(f"tool_choice: expected a string or an object, got {type(tool_choice).__name__}", "tool_choice")
-    return ToolPlan(tools, tool_choice, parallel_tool_calls)
+    return ToolPlan(tools, tool_choice, parallel_tool_calls, constrained)

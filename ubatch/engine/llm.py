@@ -181,15 +181,17 @@ class LLM:
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        from ubatch.chat.tool_plan import check
+        from ubatch.chat.tool_plan import check, engine_constrains
         from ubatch.tokenizer.chat_encode import chat_prompt_ids
-        plan = check(tools, tool_choice)
+        plan = check(tools, tool_choice, constrained=engine_constrains(tok))
         if plan.active:
             fmt = plan.chat_format(fmt)
             if plan.forced is not None:                   # one call asked for: it ends at its </tool_call>
                 from ubatch.chat.tools import CLOSE
                 stop = sampling.get("stop")
                 sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
+                if plan.constrained:                      # its arguments under the tool's JSON schema
+                    sampling["json_schema"] = plan.schema()
         c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
         if plan.active:
             msg, c.finish_reason = plan.message(c.text, c.finish_reason)

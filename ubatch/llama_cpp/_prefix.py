@@ -20,6 +20,7 @@ class DropInPrefix:
 
     def __init__(self, kv, n_seq: int, block: int = 16) -> None:
         self.kv = kv
+        self.n_run = n_seq
         self.iswa = hasattr(kv, "swa")
         self.base = kv.base if self.iswa else kv
         self.index = BlockIndex(block)
@@ -133,6 +134,17 @@ class DropInPrefix:
     def clear(self) -> None:
         for h in list(self.tokens):
             self._evict(h)
+
+    def forget(self) -> None:
+        """The KV cache was replaced wholesale (Llama.load_state): whatever holder cells it has now are not the
+        index's; every holder id is emptied and the index starts over."""
+        for h in range(self.n_run, self.kv.n_seq):
+            self.kv.seq_rm(h)
+        self.index = BlockIndex(self.block)
+        self.tokens.clear()
+        self.stamp.clear()
+        self.free = list(range(self.n_run, self.kv.n_seq)) if self.kv.n_stream == 1 else []
+        heapq.heapify(self.free)
 
 
 __all__ = ["DropInPrefix"]

@@ -179,6 +179,10 @@ class Llama:
 
         from ubatch.llama_cpp._context import check_rope
         check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
+        for name in ("type_k", "type_v"):
+            if int(getattr(cp, name)) not in (0, 1):
+                raise NotImplementedError(f"Llama({name}={int(getattr(cp, name))}): ubatch keeps the KV cache in f16 "
+                                          f"(GGML_TYPE_F16 = 1) or f32 (0); quantised KV types are not implemented")
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
@@ -341,11 +345,15 @@ class Llama:
 
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
-                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None):
+                      mirostat_tau=5.0, penalize_nl=True, logits_processor=None, grammar=None, seed=None,
+                      input_ids=None):
+        """input_ids: () -> the token ids the logits processors see (default: this context's evaluated tokens;
+        the batched paths give each choice its own)."""
         seed = self._seed if seed is None else seed
         s = internals.LlamaSampler()
         if logits_processor is not None:
-            input_ids = lambda: self._input_ids  # noqa: E731
+            if input_ids is None:
+                input_ids = lambda: self._input_ids  # noqa: E731
 
             def apply_func(cur_p):
                 size = cur_p.contents.size
@@ -478,8 +486,7 @@ class Llama:
                     stopping_criteria=stopping_criteria, logits_processor=logits_processor, grammar=grammar,
                     logit_bias=logit_bias)
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
-        single_only = any(args.get(k) is not None for k in ("logprobs", "logits_processor", "stopping_criteria",
-                                                              "logit_bias", "grammar"))
+        single_only = args.get("logprobs") is not None or args.get("grammar") is not None
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:
@@ -548,6 +555,21 @@ class Llama:
                        repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                        logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
+        """create_chat_completion's result as the openai package's types (ChatCompletion, or a generator of
+        ChatCompletionChunk when stream=True), as 0.3.36; needs `pip install openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError as e:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package. "
+                              "You can install it with `pip install openai`.") from e
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError("stream must be a bool")
+        if stream:
+            return (ChatCompletionChunk(**c) for c in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
 
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
@@ -630,6 +652,8 @@ class Llama:
             self.n_tokens = state.n_tokens
             self._requires_eval = True
             self._seed = state.seed
+            if self._parallel is not None and self._parallel.prefix is not None:
+                self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
 
     def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
@@ -661,7 +685,8 @@ class Llama:
                     lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
                     chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
                     type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
-                    n_seq_max=self.n_seq_max if self._batched else None)
+                    n_seq_max=self.n_seq_max if self._batched else None,
+                    prefix_cache=getattr(self, "prefix_cache", True))
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(**state)

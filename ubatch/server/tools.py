@@ -10,11 +10,13 @@ from ubatch.chat.tool_plan import ToolError, ToolPlan
 from ubatch.server.errors import APIError
 
 
-def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None) -> ToolPlan:
-    """ubatch.chat.tool_plan.check, its errors as 400s naming the field."""
-    from ubatch.chat.tool_plan import check as _check
+def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None,
+          tokenizer=None) -> ToolPlan:
+    """ubatch.chat.tool_plan.check, its errors as 400s naming the field (a forced call constrained when the
+    engine can for this tokenizer)."""
+    from ubatch.chat.tool_plan import check as _check, engine_constrains
     try:
-        return _check(tools, tool_choice, parallel_tool_calls)
+        return _check(tools, tool_choice, parallel_tool_calls, engine_constrains(tokenizer))
     except ToolError as e:
         raise APIError(400, str(e), param=e.param) from None
 
@@ -27,8 +29,8 @@ def constrain(params, plan: ToolPlan):
     if plan.forced is None:
         return params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
-    if hasattr(params, "json_schema"):
-        params = dataclasses.replace(params, json_schema=plan.schema(), grammar_prefix=plan.args_head or None)
+    if plan.constrained:
+        params = dataclasses.replace(params, json_schema=plan.schema())
     return params
 
 
