@@ -320,4 +320,9 @@ def test_serve_draft_option_gives_the_same_completions():
                                                     "temperature": 0, "return_token_ids": True})
                 assert r.status_code == 200, r.text
                 assert r.json()["choices"][0]["token_ids"] == w
+            r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": ps[0], "max_tokens": 32,
+                                                "temperature": 0, "return_token_ids": True, "speculative": False})
+            assert r.status_code == 200 and r.json()["choices"][0]["token_ids"] == want[0]
+            r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": ps[0], "speculative": "maybe"})
+            assert r.status_code in (400, 422) and "speculative" in r.text
         assert s.metrics()  # the server stayed up
