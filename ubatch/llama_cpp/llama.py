@@ -193,6 +193,10 @@ class Llama:
 
         from ubatch.llama_cpp._context import check_rope
         check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
+        for name in ("type_k", "type_v"):
+            if int(getattr(cp, name)) not in (0, 1):
+                raise NotImplementedError(f"Llama({name}={int(getattr(cp, name))}): ubatch keeps the KV cache in f16 "
+                                          f"(GGML_TYPE_F16 = 1) or f32 (0); quantised KV types are not implemented")
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
