@@ -344,3 +344,16 @@ def test_bench_prompt_sets_and_report():
     text = spec_bench.report(res)
     assert "1.50x" in text and "3.00x" in text and "3/4" in text and "1.30x" in text
     assert spec_bench.main(["--sets", "poetry"]) == 2
+
+
+def test_ubatch_run_draft_option_same_completions(tmp_path, capsys):
+    import json
+    from ubatch.cli import main
+    outs = []
+    for extra in ([], ["--draft", "prompt-lookup"]):
+        f = tmp_path / f"out{len(extra)}.jsonl"
+        assert main(["run", "--model", "tiny-llama", "--requests", "6", "--parallel", "3", "--no-progress",
+                     "--temperature", "0", "--out", str(f)] + extra) == 0
+        outs.append([(r["request"], r["tokens"]) for r in map(json.loads, f.read_text().splitlines())])
+    assert outs[0] == outs[1]
+    assert "speculative       prompt-lookup" in capsys.readouterr().out
