@@ -6,11 +6,13 @@
 #include "ub_common.h"
 #include "ub_alloc.h"
 #include "ub_kv.h"
+#include "ub_kv_state.h"
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
 #include "ub_tok.h"
 #include "ub_compat.h"
 #include "ub_sampling.h"
+#include "ub_ngram.h"
 
 #endif

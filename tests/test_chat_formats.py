@@ -99,6 +99,17 @@ def test_guess_chat_format_and_constants():
         assert getattr(LCF, k) == v, k
 
 
+def test_every_name_of_llama_chat_format():
+    missing = [n for n in JINJA["names"] if not hasattr(LCF, n)]
+    assert missing == [] and len(JINJA["names"]) > 70
+    with pytest.raises(NotImplementedError, match="multimodal"):
+        LCF.Llava15ChatHandler(clip_model_path="x")
+    msgs = C.CONVERSATIONS["multi_turn"]
+    ts = LCF._map_roles(msgs, {"user": "U", "assistant": "A"})
+    assert LCF._format_add_colon_two(LCF._get_system_message(msgs), ts, "\n\n", "</s>") == \
+        FORMATS["alpaca"]["multi_turn"]["prompt"].replace("### Instruction", "U").replace("### Response", "A")
+
+
 def _norm(s):
     return str(s).replace("ubatch.llama_cpp.llama_types.", "").replace("typing_extensions.", "typing.")
 

@@ -87,3 +87,20 @@ def test_real_models_one_path(name, want):
     assert server_ids == ids
     if name == "gemma3-270m":
         assert ids[0] == llm.tokenizer.bos and ids.count(llm.tokenizer.bos) == 1
+
+
+def test_llm_chat_with_tools():
+    """LLM.chat(tools=...): the same ToolPlan as the server (a forced call on the tiny model; errors named)."""
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}}}}}]
+    llm = ubatch.LLM(ubatch.models.tiny_llama(), n_ctx=1024, n_seq_max=1)      # (the tool listing: bytes)
+    c = llm.chat(MSGS, tools=tools, tool_choice="required", max_tokens=6)
+    (call,) = c.tool_calls
+    assert call["function"]["name"] == "add" and call["function"]["arguments"].startswith('{"')
+    assert c.finish_reason in ("tool_calls", "length") and c.text == ""
+    from ubatch.chat.tool_plan import ToolError
+    with pytest.raises(ToolError, match="no tool named 'x'") as ei:
+        llm.chat(MSGS, tools=tools, tool_choice={"type": "function", "function": {"name": "x"}})
+    assert ei.value.param == "tool_choice"
+    plain = llm.chat(MSGS, tools=tools, tool_choice="none", max_tokens=3)
+    assert plain.tool_calls is None and plain.tokens == llm.chat(MSGS, max_tokens=3).tokens

@@ -58,7 +58,8 @@ def _cases():
         out += [("functionary-v2", f"functionary-v2|{cname}", kw, texts, False, fv),
                 ("functionary-v2", f"functionary-v2|{cname}|stream", kw, texts, True, fv)]
     for cname, (kw, texts) in C.FUNCTIONARY_V1_CASES.items():
-        out.append(("functionary-v1", f"functionary-v1|{cname}", kw, texts, False, dict(fv, v1=True)))
+        out += [("functionary-v1", f"functionary-v1|{cname}", kw, texts, False, dict(fv, v1=True)),
+                ("functionary-v1", f"functionary-v1|{cname}|stream", kw, texts, True, dict(fv, v1=True))]
     forced = {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,
               "tool_choice": {"type": "function", "function": {"name": "add"}}, "stop": ["X"]}
     out += [("chatml", "chatml|forced", forced, ['{"a": 1, "b": 2}'], False, {}),
@@ -115,8 +116,8 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
     forced = {"type": "function", "function": {"name": "add"}}
     try:
         r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice=forced, max_tokens=8)
-    except NotImplementedError as e:           # until the grammar engine is in this build
-        assert "GBNF" in str(e) or "grammar" in str(e)
+    except (NotImplementedError, ValueError) as e:   # no grammar engine, or one that needs a real vocabulary
+        assert any(w in str(e) for w in ("GBNF", "grammar", "tokenizer", "vocab")), e
     else:
         (call,) = r["choices"][0]["message"]["tool_calls"]
         assert call["function"]["name"] == "add" and r["choices"][0]["finish_reason"] == "tool_calls"

@@ -19,7 +19,7 @@ import ubatch.llama_cpp as L
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "llama_cpp_python")
 sys.path.insert(0, DATA)
-from frameworks_cases import CASES, COMPLETION, MAX_TOKENS, N_CTX, run_frameworks  # noqa: E402
+from frameworks_cases import CASES, COMPLETION, MAX_TOKENS, N_CTX, ROPES, run_frameworks  # noqa: E402
 from record_frameworks import greedy_with_margins  # noqa: E402
 
 REF = json.load(open(os.path.join(DATA, "frameworks.json")))
@@ -38,9 +38,12 @@ if _missing:
         raise RuntimeError(why)
     pytest.skip(why, allow_module_level=True)
 
-# framework call -> which recorded greedy prompt it decodes (index into REF[model]["greedy"])
-PROMPT_OF = {"langchain.invoke": 0, "langchain.invoke_stop": 0, "langchain.stream": 1, "llamaindex.complete": 0,
-             "llamaindex.stream_complete": 1, "llamaindex.chat": 2, "langchain.chat": 3, "langchain.chat_stream": 3}
+# framework call -> the recorded greedy prompt it decodes (REF[model]["greedy"] key: RoPE of the caller, prompt);
+# LangChain's classes pass rope_freq_base=10000 / rope_freq_scale=1 to Llama (applied, as llama-cpp-python does)
+PROMPT_OF = {"langchain.invoke": "langchain:completion", "langchain.invoke_stop": "langchain:completion",
+             "langchain.stream": "langchain:counting", "llamaindex.complete": "default:completion",
+             "llamaindex.stream_complete": "default:counting", "llamaindex.chat": "default:llamaindex_chat",
+             "langchain.chat": "langchain:chat", "langchain.chat_stream": "langchain:chat"}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -55,10 +58,15 @@ def run(request):
         got = run_frameworks(path, chat=bool(CASES[name]["chats"]))
     finally:
         L.uninstall_as_llama_cpp()
-    llm = L.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False)
-    greedy = [greedy_with_margins(llm, g["prompt_tokens"], lib=L)[0] for g in REF[name]["greedy"]]
-    yield name, got, greedy, llm
-    llm.close()
+    greedy, llms = {}, {}
+    for rope, kw in ROPES.items():
+        llms[rope] = L.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False, **kw)
+        for key, g in REF[name]["greedy"].items():
+            if key.startswith(rope + ":"):
+                greedy[key] = greedy_with_margins(llms[rope], g["prompt_tokens"], lib=L)[0]
+    yield name, got, greedy, llms["default"]
+    for m in llms.values():
+        m.close()
 
 
 def _text(llm, tokens):
@@ -74,9 +82,10 @@ def _cos(a, b) -> float:
 def test_greedy_tokens_equal_llama_cpp_where_margins_are_comfortable(run):
     name, _, greedy, _ = run
     compared = 0
-    for g, mine in zip(REF[name]["greedy"], greedy):
+    for key, g in REF[name]["greedy"].items():
+        mine = greedy[key]
         ok = next((i for i, m in enumerate(g["margins"]) if m < MARGIN), len(g["margins"]))
-        assert mine[:ok] == g["tokens"][:ok], (g.get("prompt"), ok)
+        assert mine[:ok] == g["tokens"][:ok], (key, ok)
         compared += ok
     assert compared >= 15, f"only {compared} greedy tokens had a margin >= {MARGIN}"
 
@@ -88,6 +97,7 @@ def test_framework_texts(run):
     for key, gi in PROMPT_OF.items():
         if key not in ref:
             continue
+        # llm (the fixture's, default RoPE) detokenises; the RoPE does not change the vocabulary
         value = got[key]
         text = "".join(value) if isinstance(value, list) else value
         if min(REF[name]["greedy"][gi]["margins"]) >= MARGIN:

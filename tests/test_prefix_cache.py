@@ -41,9 +41,9 @@ def check_accounting(eng: LLMEngine) -> None:
         assert kv.seq_pos_max(key) == n - 1, (key, n)
         if n:
             assert kv.seq_pos_min(key) == 0 or pc.iswa
-    counts = kv.seq_counts(kv.n_seq)
     live = set(eng._active) | set(pc.src)
-    assert set(np.flatnonzero(counts).tolist()) <= live
+    for cache in ((kv.base, kv.swa) if pc.iswa else (kv,)):
+        assert set(np.flatnonzero(cache.seq_counts(kv.n_seq)).tolist()) <= live
     assert pc.cached_cells() == eng.stats()["prefix_cache_cells"]
 
 
@@ -279,3 +279,57 @@ def test_block_index_longest_prefix():
     k, c = idx.match(idx.hashes(a))
     assert k == 2 and c == ["b"]
     assert common_prefix(a, b) == 10 and common_prefix(a, a[:7]) == 7 and common_prefix(a, a[:0]) == 0
+
+
+def sliding_tiny(n_swa: int = 16):
+    """The tiny model with a sliding window of n_swa on its first layer (a two-cache memory, as Gemma 3's)."""
+    import dataclasses
+    m = tiny_llama()
+    hp = m.hparams
+    m.hparams = dataclasses.replace(hp, n_swa=n_swa, swa_layers=(True,) + (False,) * (m.n_layer - 1),
+                                    rope_freq_base_swa=hp.rope_freq_base, rope_freq_scale_swa=hp.rope_freq_scale)
+    assert m.n_swa == n_swa
+    return m
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+def test_sliding_window_memory_reuses_only_a_held_window(layout):
+    """A two-cache memory (window 16 on layer 0): shared prefixes longer than the window, a multi-turn chat and
+    partial overlaps give the completions of runs without the cache; the memory's KVCacheISWA is used."""
+    m = sliding_tiny()
+    system = rand(70, 120)
+    ps = [system + rand(5, 121), system + rand(9, 122), system[:30] + rand(4, 123), system + rand(5, 121) + rand(6, 124)]
+    params = SamplingParams(max_tokens=6, temperature=0.0, logprobs=1)
+    res = {}
+    for on in (False, True):
+        eng = LLMEngine(m, n_batch=64, n_ubatch=16, n_seq_max=2, enable_prefix_caching=on, **layout)
+        assert hasattr(eng.ctx.memory, "swa")
+        out = []
+        for p in ps:
+            out += with_logprobs(eng, [p], params)
+        out += with_logprobs(eng, ps[:2], params)                      # together, after the others
+        res[on] = out, eng.stats()
+    assert res[True][0] == res[False][0]
+    assert res[True][1]["prefix_cache_hits"] >= 4
+
+
+def test_a_refused_reuse_falls_back_to_computing(monkeypatch):
+    """When the memory refuses the copy (e.g. a RewindError: the sliding cache lost the window), the request
+    computes its prompt from scratch: same completion, no hit counted, accounting intact."""
+    from ubatch.common.errors import RewindError
+    system = rand(60, 130)
+    eng = LLMEngine(MODEL, n_ctx=1024, n_batch=64, n_ubatch=16, n_seq_max=2, kv_unified=True)
+    run(eng, [system + rand(4, 131)], SamplingParams(max_tokens=3))
+    real = eng.ctx.memory.seq_cp
+
+    def refuse(src, dst, p0=-1, p1=-1):
+        if p1 > 0:
+            raise RewindError("injected: window lost", seq_id=dst, first_available=-1, rewind_min=-1)
+        return real(src, dst, p0, p1)
+
+    monkeypatch.setattr(eng.ctx.memory, "seq_cp", refuse)
+    hits = eng.stats()["prefix_cache_hits"]
+    out = run(eng, [system + rand(5, 132)], SamplingParams(max_tokens=4))
+    assert eng.stats()["prefix_cache_hits"] == hits
+    off = LLMEngine(MODEL, n_ctx=1024, n_batch=64, n_ubatch=16, n_seq_max=2, enable_prefix_caching=False)
+    assert summary(out) == summary(run(off, [system + rand(5, 132)], SamplingParams(max_tokens=4)))

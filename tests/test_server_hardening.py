@@ -144,7 +144,7 @@ def test_disconnect_non_streaming_frees_the_sequence(server):
     host, port = server.url.rsplit("/", 1)[1].split(":")
     body = json.dumps(_cmpl(max_tokens=3000)).encode()
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
         deadline = time.monotonic() + 10
         while server.metrics()["ubatch_active_sequences"] == 0 and time.monotonic() < deadline:

@@ -167,3 +167,76 @@ def test_qwen_chooses_a_call():
         tcs = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
         assert [(t.function.name, t.function.arguments) for t in tcs] == [("get_weather", call.function.arguments)]
         assert parts[-1].choices[0].finish_reason == "tool_calls"
+        # a forced call: the model writes the arguments of the opened call, cut at their JSON value
+        r = cl.chat.completions.create(model="qwen2.5-0.5b", messages=[{"role": "user", "content": "Add 2 and 3."}],
+                                       tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
+                                       max_tokens=24, temperature=0)
+        (call,) = r.choices[0].message.tool_calls
+        assert call.function.name == "add" and json.loads(call.function.arguments) == {"a": 2, "b": 3}
+
+
+def test_tool_plan_answers():
+    from ubatch.server import tools as S
+    two = '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call><tool_call>{"name": "add", "arguments": {}}'
+    msg, fin = S.check(TOOLS, "auto").message(two, "stop")
+    assert fin == "tool_calls" and [c["function"]["arguments"] for c in msg["tool_calls"]] == ['{"a": 1}', "{}"]
+    msg, fin = S.check(TOOLS, "auto", parallel_tool_calls=False).message(two, "stop")
+    assert len(msg["tool_calls"]) == 1 and msg["content"] is None
+    assert S.check(TOOLS, "auto").message("just text", "stop") == ({"role": "assistant", "content": "just text"},
+                                                                   "stop")
+    from ubatch.chat.tool_plan import check as plan_of
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    choice = {"type": "function", "function": {"name": "add"}}
+    constrained = plan_of(TOOLS, choice, constrained=True)      # the grammar engine writes the arguments
+    assert constrained.prefix == '<tool_call>\n{"name": "add", "arguments": ' and constrained.constrained
+    assert constrained.message(' {"a": 1} ', "stop")[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    forced = S.check(TOOLS, choice, tokenizer=ByteTokenizer())  # unconstrained: the arguments opened
+    assert not forced.constrained
+    assert forced.prefix == '<tool_call>\n{"name": "add", "arguments": {"'       # the arguments opened
+    msg, fin = forced.message('a": 1', "length")                      # cut by max_tokens: said so
+    assert fin == "length" and msg["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1'}
+    msg, fin = forced.message('a": 1, "b": 2}}\n', "stop")
+    assert fin == "tool_calls" and msg["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": 2}'
+    ts = forced.stream()
+    deltas = ts.feed('a": 1}') + ts.finish()[0]
+    assert "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas) == '{"a": 1}'
+    assert deltas[0]["tool_calls"][0]["function"]["name"] == "add"
+    req = S.check(TOOLS, "required")                                  # several tools: the model names one
+    assert req.prefix == "<tool_call>\n" and req.forced is None
+    assert req.message('{"name": "add", "arguments": {"b": 2}}\n</tool_call>', "stop")[0]["tool_calls"][0][
+        "function"] == {"name": "add", "arguments": '{"b": 2}'}
+    from ubatch.engine.sampling import SamplingParams
+    p = S.constrain(SamplingParams(stop=["x"]), forced)
+    assert p.stop == ["x", "</tool_call>"] and getattr(p, "json_schema", None) is None
+    assert S.constrain(SamplingParams(), S.check(TOOLS, "auto")).stop is None
+
+
+def test_tool_history_round_trip(server, client):
+    """An earlier call and its result go back to the model (the tiny model's transcript template knows no
+    tools: they are written out in the <tool_call> convention)."""
+    hist = MSGS + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    r = client.chat.completions.create(model="tiny-llama", messages=hist, tools=TOOLS, max_tokens=3, temperature=0)
+    from ubatch.chat import tools as CT
+    from ubatch.chat.resolve import resolve_for
+    from ubatch.engine.byte_tokenizer import ByteTokenizer
+    want = CT.render(resolve_for(ByteTokenizer()), [dict(m) for m in hist], TOOLS, "auto").prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in want and r.usage.prompt_tokens == len(want.encode())
+
+
+def test_serve_chat_format_flag():
+    """--chat-format NAME: the server renders with that registry format; an unknown name stops the start-up
+    with the valid names."""
+    import subprocess
+    import sys
+    from child_process import CHILD_CWD, child_env
+    from ubatch.chat.formats import FORMATTERS
+    with ServerProcess("--parallel", "1", "--chat-format", "chatml") as s:
+        cl = openai.OpenAI(base_url=s.url + "/v1", api_key="-", max_retries=0, timeout=60)
+        r = cl.chat.completions.create(model="tiny-llama", messages=MSGS, max_tokens=2, temperature=0)
+        assert r.usage.prompt_tokens == len(FORMATTERS["chatml"](messages=MSGS).prompt.encode())
+    p = subprocess.run([sys.executable, "-m", "ubatch", "serve", "--model", "tiny-llama", "--port", "0",
+                        "--chat-format", "nope"], cwd=CHILD_CWD, env=child_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "unknown chat format 'nope'" in p.stderr and "chatml" in p.stderr

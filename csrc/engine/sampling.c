@@ -315,7 +315,8 @@ typedef struct {
 
 /* Per-thread scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count in
  * the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request. */
-typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; float *vmod; int32_t *marked; } scratch;
+typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; float *vmod; int32_t *marked;
+                 float *clean; } scratch;   /* clean: float[n_vocab], a row with its NaNs as -inf */
 
 /* The kk best candidates (sorted: larger value first, lower id on ties) of row x with the n_marked flagged tokens
  * at their modified value. Returns how many (min(kk, nv)). */
@@ -342,10 +343,43 @@ static double sum_exp_marked(const float *x, int32_t nv, float shift, float temp
     return z;
 }
 
+/* 1 when the row x (float[nv]) holds a NaN. */
+static int has_nan_plain(const float *x, int32_t nv) {
+    for (int32_t t = 0; t < nv; t++) if (x[t] != x[t]) return 1;
+    return 0;
+}
+
+#ifdef UB_SAMPLE_X86
+__attribute__((target("avx2"))) static int has_nan_avx2(const float *x, int32_t nv) {
+    int32_t t = 0;
+    __m256 acc = _mm256_setzero_ps();
+    for (; t + 8 <= nv; t += 8) {
+        const __m256 v = _mm256_loadu_ps(x + t);
+        acc = _mm256_or_ps(acc, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    return _mm256_movemask_ps(acc) != 0 || has_nan_plain(x + t, nv - t);
+}
+#endif
+
+/* A logits row whose NaNs are read as -inf (a NaN never wins and never freezes the top-k heap: NaN compares
+ * false with everything): x itself when it has none, else S->clean (float[nv]) filled with the sanitised copy. */
+static const float *nan_free_row(const float *x, int32_t nv, scratch *S) {
+    int nan;
+#ifdef UB_SAMPLE_X86
+    if (g_have_avx2 < 0) g_have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+    nan = (g_have_avx2 && !g_force_plain) ? has_nan_avx2(x, nv) : has_nan_plain(x, nv);
+#else
+    nan = has_nan_plain(x, nv);
+#endif
+    if (!nan) return x;
+    for (int32_t t = 0; t < nv; t++) S->clean[t] = x[t] != x[t] ? -INFINITY : x[t];
+    return S->clean;
+}
+
 /* Samples request i (see ub_sampling.h for the chain). */
 static void sample_one(const job *J, int32_t i, scratch *S) {
     const int32_t nv = J->n_vocab;
-    const float *x = J->logits + (int64_t)J->row[i] * nv;
+    const float *x = nan_free_row(J->logits + (int64_t)J->row[i] * nv, nv, S);
     const float temp = J->temperature[i];
     const float rep = J->penalty[3 * i], freq = J->penalty[3 * i + 1], pres = J->penalty[3 * i + 2];
     cand *cands = S->cands;
@@ -481,7 +515,8 @@ static void *run_job(void *arg) {
     S.bias = (float *)calloc((size_t)J->n_vocab, sizeof(float));
     S.vmod = (float *)malloc((size_t)J->n_vocab * sizeof(float));
     S.marked = (int32_t *)malloc((size_t)J->n_vocab * sizeof(int32_t));
-    if (S.cands && S.flag && S.cnt && S.bias && S.vmod && S.marked) {
+    S.clean = (float *)malloc((size_t)J->n_vocab * sizeof(float));     /* touched only for a row with NaNs */
+    if (S.cands && S.flag && S.cnt && S.bias && S.vmod && S.marked && S.clean) {
         for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, &S);
         J->rc = UB_OK;
     } else {
@@ -493,6 +528,7 @@ static void *run_job(void *arg) {
     free(S.bias);
     free(S.vmod);
     free(S.marked);
+    free(S.clean);
     return NULL;
 }
 
@@ -512,7 +548,7 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
     for (int32_t i = 0; i < n; i++) {
         if (row[i] < 0 || (int64_t)row[i] >= n_rows) return UB_E_ARG;
         if (pen_off[i + 1] < pen_off[i]) return UB_E_ARG;
-        if (!(penalty[3 * i] > 0.0f) || temperature[i] != temperature[i]) return UB_E_ARG;
+        if (!(penalty[3 * i] > 0.0f) || !isfinite(penalty[3 * i]) || !isfinite(temperature[i])) return UB_E_ARG;
         if (!isfinite(penalty[3 * i + 1]) || !isfinite(penalty[3 * i + 2])) return UB_E_ARG;
         if (bias_off && bias_off[i + 1] < bias_off[i]) return UB_E_ARG;
         int32_t k = top_k[i];

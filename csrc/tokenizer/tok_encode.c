@@ -22,6 +22,13 @@ static int spm_fragment(const ub_tok *t, const uint8_t *s, int64_t n, int prefix
 /* text[len] -> out[cap]; see ub_tok.h */
 int64_t ub_tok_encode(const ub_tok *t, const uint8_t *text, int64_t len, int32_t add_special,
                       int32_t parse_special, int32_t *out, int64_t cap, char *err, int32_t err_len) {
+    return ub_tok_encode_protected(t, text, len, add_special, parse_special, NULL, out, cap, err, err_len);
+}
+
+/* text[len] (protect[len] or NULL) -> out[cap]; see ub_tok.h */
+int64_t ub_tok_encode_protected(const ub_tok *t, const uint8_t *text, int64_t len, int32_t add_special,
+                                int32_t parse_special, const uint8_t *protect, int32_t *out, int64_t cap,
+                                char *err, int32_t err_len) {
     if (!t || !t->finalized) { tok_err(err, err_len, "tokenizer not finalized"); return -1; }
     if (len < 0 || (len > 0 && !text)) { tok_err(err, err_len, "bad text buffer"); return -1; }
     tok_frag *fr = NULL;
@@ -29,7 +36,7 @@ int64_t ub_tok_encode(const ub_tok *t, const uint8_t *text, int64_t len, int32_t
     ivec o = {0};
     int64_t rc = -1;
     const ub_tok_config *c = &t->cfg;
-    if (tok_partition(t, text, len, parse_special, &fr, &nf)) { tok_err(err, err_len, "out of memory"); return -1; }
+    if (tok_partition(t, text, len, parse_special, protect, &fr, &nf)) { tok_err(err, err_len, "out of memory"); return -1; }
     if (add_special && c->add_bos) {
         if (c->bos < 0) { tok_err(err, err_len, "add_bos is set but the vocabulary has no BOS token"); goto done; }
         if (ivec_push(&o, c->bos)) goto oom;

@@ -66,7 +66,7 @@ static inline void tok_err(char *err, int32_t err_len, const char *msg) {
 
 /* raw fragment / token list produced by the special-token partition */
 typedef struct { int32_t id; int64_t off, len; } tok_frag;     /* id >= 0: token; id < 0: raw text span */
-int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_special,
+int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_special, const uint8_t *protect,
                   tok_frag **frags, int64_t *n_frags);
 
 /* SPM encode of one escaped fragment s[n]; appends to out. 0, or -1 (message in err). */

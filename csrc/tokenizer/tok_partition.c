@@ -67,7 +67,13 @@ static int mark_present(const ub_tok *t, const uint8_t *text, int64_t len, uint8
 
 /* text[len] -> *frags[*n_frags] (malloc'd, caller frees): raw spans (id -1) and special tokens, in order.
  * 0, or -1 when out of memory. */
-int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_special,
+/* 1 when one of the bytes text[m .. m + n) is marked in protect[] */
+static int overlaps(const uint8_t *protect, int64_t m, int64_t n) {
+    for (int64_t k = 0; k < n; k++) if (protect[m + k]) return 1;
+    return 0;
+}
+
+int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_special, const uint8_t *protect,
                   tok_frag **frags, int64_t *n_frags) {
     fvec cur = {0}, nxt = {0};
     uint8_t *present = NULL;
@@ -85,15 +91,17 @@ int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_s
         int32_t sid = t->special[ranks.v[r]];
         int32_t attr = t->attrs[sid];
         if (!parse_special && (attr & (UB_ATTR_CONTROL | UB_ATTR_UNKNOWN))) continue;
+        const int guard = protect != NULL && (attr & (UB_ATTR_CONTROL | UB_ATTR_UNKNOWN));
         const uint8_t *s = t->blob + t->str_off[sid];
         int64_t sl = t->str_len[sid];
         nxt.n = 0;
         for (int64_t f = 0; f < cur.n; f++) {
             tok_frag fr = cur.v[f];
             if (fr.id >= 0) { if (fvec_push(&nxt, fr.id, 0, 0)) goto oom; continue; }
-            int64_t lo = fr.off, hi = fr.off + fr.len;
+            int64_t lo = fr.off, hi = fr.off + fr.len, from = lo;
             for (;;) {
-                int64_t m = find_in(text, lo, hi, s, sl);
+                int64_t m = find_in(text, from, hi, s, sl);
+                if (m >= 0 && guard && overlaps(protect, m, sl)) { from = m + 1; continue; }   /* text here */
                 if (m < 0) { if (hi > lo && fvec_push(&nxt, -1, lo, hi - lo)) goto oom; break; }
                 int64_t left = m - lo;
                 if (attr & UB_ATTR_LSTRIP) while (left > 0 && c_isspace(text[lo + left - 1])) left--;
@@ -103,6 +111,7 @@ int tok_partition(const ub_tok *t, const uint8_t *text, int64_t len, int parse_s
                 lo = m + sl;
                 if (attr & UB_ATTR_RSTRIP) while (lo < hi && c_isspace(text[lo])) lo++;
                 if (lo >= hi) break;
+                from = lo;
             }
         }
         fvec tmp = cur; cur = nxt; nxt = tmp;

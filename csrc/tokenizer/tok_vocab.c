@@ -324,11 +324,53 @@ static int put_piece(const ub_tok *t, int32_t id, bvec *v) {
     return 0;
 }
 
+/* bytes put_piece writes for token id when it is a BPE NORMAL token (else 0), capped just above `cap`: 1 per
+   byte-mapped code point, and per unmapped one "[UNK_BYTE_0x" + its UTF-8 in hex + the whole token text + "]"
+   (llama.cpp's decode_text) -- quadratic in the token's length, hence the budget check in ub_tok_finalize */
+static int64_t bpe_piece_size(const ub_tok *t, int32_t id, int64_t cap) {
+    if (t->kind != UB_TOK_BPE) return 0;
+    int32_t a = t->attrs[id];
+    if ((a & (UB_ATTR_CONTROL | UB_ATTR_UNKNOWN | UB_ATTR_USER_DEFINED)) || !(a & UB_ATTR_NORMAL)) return 0;
+    const uint8_t *s = t->blob + t->str_off[id];
+    int32_t n = t->str_len[id];
+    int64_t total = 0;
+    size_t pos = 0;
+    while (pos < (size_t)n && total <= cap) {
+        uint32_t cp = utf8_decode_llama(s, (size_t)n, &pos);
+        if (bl_cp_to_byte(cp) >= 0) { total += 1; continue; }
+        uint8_t u[4];
+        int ul = cp < UB_CPT_MAX ? utf8_encode(cp, u) : 0;
+        total += 12 + 2 * (int64_t)ul + n + 1;
+    }
+    return total;
+}
+
+/* the piece cache may hold at most 16 bytes per byte of token text plus 16 MiB: a vocabulary whose pieces would
+   need more (a long token of code points outside the byte-level alphabet) is refused naming its largest token */
+static int check_piece_budget(const ub_tok *t, char *err, int32_t err_len) {
+    int64_t text = 0;
+    for (int32_t i = 0; i < t->n_tokens; i++) text += t->str_len[i];
+    int64_t budget = 16 * text + ((int64_t)16 << 20), total = 0, worst = -1;
+    int32_t worst_id = -1;
+    for (int32_t i = 0; i < t->n_tokens; i++) {
+        int64_t n = bpe_piece_size(t, i, budget);
+        total += n > (int64_t)t->str_len[i] ? n : (int64_t)t->str_len[i];
+        if (n > worst) { worst = n; worst_id = i; }
+    }
+    if (total <= budget) return 0;
+    if (err && err_len > 0)
+        snprintf(err, (size_t)err_len, "token %d (%d bytes of text with code points outside the byte-level "
+                 "alphabet): the decoded pieces would exceed their budget of %lld bytes (16 per byte of "
+                 "vocabulary text + 16 MiB)", (int)worst_id, (int)t->str_len[worst_id], (long long)budget);
+    return -1;
+}
+
 int32_t ub_tok_finalize(ub_tok *t, const ub_tok_config *cfg, char *err, int32_t err_len) {
     if (t->finalized) { tok_err(err, err_len, "tokenizer already finalized"); return -1; }
     if (t->kind == UB_TOK_BPE && (cfg->pre < UB_PRE_DEFAULT || cfg->pre > UB_PRE_SMOLLM)) {
         tok_err(err, err_len, "unknown pre-tokenizer id"); return -1;
     }
+    if (check_piece_budget(t, err, err_len)) return -1;
     t->cfg = *cfg;
     if (build_special_cache(t)) goto oom;
     bvec v = {0};

@@ -61,6 +61,13 @@ int32_t ub_tok_finalize(ub_tok *t, const ub_tok_config *cfg, char *err, int32_t 
  * useful is written (call again with cap >= n). -1 on error (message in err). */
 int64_t ub_tok_encode(const ub_tok *t, const uint8_t *text, int64_t len, int32_t add_special,
                       int32_t parse_special, int32_t *out, int64_t cap, char *err, int32_t err_len);
+/* ub_tok_encode with protected bytes: protect[len] (caller-owned, may be NULL = none) marks bytes that are text
+ * whatever parse_special says -- a CONTROL / UNKNOWN special token whose match overlaps a marked byte is not
+ * matched there (chat message content); raw fragments still run across the boundaries, so a text without
+ * special-token text inside the protected bytes gives the ids of ub_tok_encode. */
+int64_t ub_tok_encode_protected(const ub_tok *t, const uint8_t *text, int64_t len, int32_t add_special,
+                                int32_t parse_special, const uint8_t *protect, int32_t *out, int64_t cap,
+                                char *err, int32_t err_len);
 /* llama_detokenize of ids[n] into out[cap]: returns the byte count (> cap: nothing useful written, call again),
  * -1 if an id is out of range. */
 int64_t ub_tok_detokenize(const ub_tok *t, const int32_t *ids, int64_t n, uint8_t *out, int64_t cap,

@@ -1,9 +1,11 @@
 """`ubatch bench prefix`: automatic prefix caching, measured on the HTTP server beside llama-cpp-python's server.
 
 Two workloads, each run against `ubatch serve` (prefix cache on, its default), `ubatch serve --no-prefix-cache` and
-`python -m llama_cpp.server --cache True` (llama-cpp-python 0.3.36: one sequence, which reuses the longest common
-prefix of the previous request, plus its LlamaRAMCache of saved states), one server process at a time, the same
-model file and thread count, in alternating rounds (--rounds):
+`python -m llama_cpp.server` (llama-cpp-python 0.3.36: one sequence, which reuses the longest common prefix of the
+previous request's tokens — its prompt caching; its `--cache True` LlamaRAMCache is left off: each saved state holds
+the scores of every prompt token, 1 GB per 1,000-token prompt with Gemma's 262,144-entry vocabulary, and its RSS
+passed 14 GB within minutes here), one server process at a time, the same model file and thread count, in
+alternating rounds (--rounds; --servers picks a subset):
 
 * system: C clients at once (default 32), each sending one streamed greedy /v1/completions request made of the
   same system prompt (~--system-tokens tokens of text, default 1,000) and a short question of its own;
@@ -35,12 +37,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--conversations", type=int, default=8, help="chat workload: concurrent conversations")
     ap.add_argument("--turns", type=int, default=4, help="chat workload: turns per conversation")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens generated per request (default 16)")
-    ap.add_argument("--parallel", type=int, default=8, help="ubatch serve --parallel (default 8)")
-    ap.add_argument("--n-ctx", type=int, default=16384, help="ubatch serve --n-ctx (default 16384)")
+    ap.add_argument("--parallel", type=int, default=32, help="ubatch serve --parallel (default 32: every client decodes at once)")
+    ap.add_argument("--n-ctx", type=int, default=36864, help="ubatch serve --n-ctx (default 36864: room for 32 x 1,100 tokens without the cache)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds of the three servers (default 1)")
     ap.add_argument("--workloads", default="system,chat", help="comma-separated: system, chat")
     ap.add_argument("--no-llama-cpp", action="store_true", help="only ubatch's server (with and without cache)")
+    ap.add_argument("--servers", default="cache,nocache,llama",
+                    help="comma-separated subset of cache (ubatch serve), nocache (--no-prefix-cache), llama")
     ap.add_argument("--json", default=None, help="write the results here")
 
 
@@ -133,7 +137,7 @@ def _llama(path: str, args) -> _Proc:
     n_ctx = max(2048, args.system_tokens + args.turns * (64 + args.max_tokens) + 512)
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
            "--n_ctx", str(n_ctx), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-           "--verbose", "False", "--interrupt_requests", "False", "--cache", "True"]
+           "--verbose", "False", "--interrupt_requests", "False"]
     return _Proc(cmd, url=f"http://127.0.0.1:{port}")
 
 
@@ -146,7 +150,7 @@ def _table(rows: List[dict]) -> str:
     return "\n".join(out)
 
 
-SERVERS = ("ubatch serve (prefix cache)", "ubatch serve --no-prefix-cache", "llama_cpp.server --cache True")
+SERVERS = ("ubatch serve (prefix cache)", "ubatch serve --no-prefix-cache", "llama_cpp.server")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -161,8 +165,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     system, questions = _texts(args.model, args.system_tokens)
     path = _model_path(args.model)
-    servers = list(SERVERS[:2])
-    if not args.no_llama_cpp:
+    want = {k.strip() for k in args.servers.split(",") if k.strip()}
+    if not want or want - {"cache", "nocache", "llama"}:
+        ap.error(f"--servers: a subset of cache, nocache, llama, got {args.servers!r}")
+    servers = [s for s, k in zip(SERVERS[:2], ("cache", "nocache")) if k in want]
+    if not args.no_llama_cpp and "llama" in want:
         if _have_llama_server():
             servers.append(SERVERS[2])
         else:

@@ -5,8 +5,9 @@ Hermes / Qwen 2.5 convention: a call is `<tool_call>\\n{"name": ..., "arguments"
   whose template does not mention `tools` gets a system message listing them and the call syntax, and the
   conversation's earlier calls / tool results written out in the same syntax.
 * Forced call (tool_choice naming a function, or "required" with one tool): the answer is opened for the model,
-  `<tool_call>\\n{"name": "NAME", "arguments": ` ending the prompt, so what it generates is the arguments; with
-  a grammar engine they are sampled under the tool's JSON schema (`arguments_constraint`).
+  `<tool_call>\\n{"name": "NAME", "arguments": {"` ending the prompt (`{"` for an object schema with
+  properties, `{` without, nothing for other schemas), so what it generates is the arguments; with a grammar
+  engine they are sampled under the tool's JSON schema.
 * Parsing: the `<tool_call>` blocks of the generated text (a closing tag may be missing at the end), or a whole
   answer that is one {"name", "arguments"} object naming a known tool; the rest is the message content.
 * Streaming: ToolStream turns text deltas into OpenAI's content / tool_calls deltas (a possible `<tool_call>`
@@ -224,8 +225,8 @@ class ToolStream:
     with "{", a possible bare call), the rest is kept and parsed at the end (the calls then go out with their
     names and arguments, or the kept text as content)."""
 
-    def __init__(self, names: List[str], forced: Optional[str] = None) -> None:
-        self.names, self.forced = names, forced
+    def __init__(self, names: List[str], forced: Optional[str] = None, max_calls: Optional[int] = None) -> None:
+        self.names, self.forced, self.max_calls = names, forced, max_calls
         self.text = ""
         self.sent = 0              # characters of self.text given out (content or arguments)
         self.calling = False       # auto: a <tool_call> has started
@@ -293,6 +294,7 @@ class ToolStream:
         if not self.calling:
             return self._content(self.text[self.sent:]), False
         content, calls = parse(self.text[self.sent:], self.names)
+        calls = calls[:self.max_calls] if self.max_calls is not None else calls
         out = self._content(content or "") if content else []
         for i, c in enumerate(calls):
             out.append({"tool_calls": [{"index": i, "id": new_call_id(), "type": "function",

@@ -2,11 +2,12 @@
 
     ubatch bench [--quick] [--out DIR] ...        workload families x n_ubatch x strategies
     ubatch bench split [--reps N] [--json F]      llama.cpp's workloads W1-W6 beside llama.cpp's own times
-    ubatch bench kv|attention|decode|matmul|models|tokenizer [ARGS...]   KV cache / attention / decode /
+    ubatch bench kv|attention|decode|matmul|models|tokenizer|fidelity [ARGS...]   KV cache / attention / decode /
                                                   matmul / real models / tokenizer vs llama.cpp
     ubatch bench generate [ARGS...]               text generation beside llama-cpp-python (generate_bench.py)
     ubatch bench serve [ARGS...]                  the HTTP server under 1/8/32 clients beside llama_cpp.server
     ubatch bench prefix [ARGS...]                 prefix caching (shared system prompt, chat replay) beside llama_cpp.server
+    ubatch bench speculative [ARGS...]            speculative decoding beside llama-cpp-python (spec_bench.py)
 """
 from __future__ import annotations
 
@@ -32,11 +33,16 @@ KERNEL_BENCHES = {
                   "tokenizer: tokens/s on a 100 kB mixed text vs llama-cpp-python, vocab load time"),
     "generate": ("ubatch.bench.generate_bench", "bench_generate.py",
                  "text generation (ubatch.LLM) for 1/8/32 prompts beside llama-cpp-python's create_completion"),
+    "fidelity": ("ubatch.bench.fidelity", "bench_fidelity.py",
+                 "ubatch and llama.cpp against the float64 reference forward, per row, on the recorded prompts"),
     "serve": ("ubatch.bench.serve_bench", "bench_serve.py",
               "ubatch serve under C concurrent clients beside llama-cpp-python's server"),
     "prefix": ("ubatch.bench.prefix_bench", "bench_prefix.py",
                "prefix caching: a shared system prompt and multi-turn chats, with / without the cache, beside "
                "llama-cpp-python's server"),
+    "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",
+                    "exact speculative decoding (prompt lookup) on code-editing / prose prompts beside "
+                    "llama-cpp-python plain and with its LlamaPromptLookupDecoding"),
 }
 
 

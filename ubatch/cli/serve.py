@@ -38,21 +38,47 @@ def add_parser(sub) -> None:
     p.add_argument("--chat-format", default=None, metavar="NAME",
                    help="a named chat format instead of the model's: chatml, llama-2, llama-3, gemma, ... "
                         "(llama-cpp-python's names; see the README's chat formats table)")
+    p.add_argument("--draft", default=None, metavar="prompt-lookup|MODEL",
+                   help="exact speculative decoding: 'prompt-lookup', or a draft model (name or GGUF path) sharing "
+                        "the vocabulary; the output is the same token for token")
+    p.add_argument("--draft-max", type=int, default=d.draft_max, help=f"longest draft (default {d.draft_max})")
+    p.add_argument("--chat-parse-special", action="store_true",
+                   help="parse special-token text inside chat message contents (llama.cpp's server does; by "
+                        "default contents are text and only the template's markup gives special tokens)")
+    p.add_argument("--allowed-hosts", default=None, metavar="H1,H2",
+                   help="Host header names accepted ('*': any; default: loopback names when bound to loopback, "
+                        "else any)")
+    p.add_argument("--cors-origins", default="", metavar="O1,O2",
+                   help="browser Origins allowed cross-site, e.g. http://localhost:3000 ('*': any; default none)")
+    p.add_argument("--header-timeout", type=float, default=d.header_timeout,
+                   help=f"seconds a connection may take to send a request head (default {d.header_timeout:g})")
+    p.add_argument("--body-timeout", type=float, default=d.body_timeout,
+                   help=f"seconds a request may take to send its body, 408 beyond (default {d.body_timeout:g})")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
 
 def config_from(args) -> ServerConfig:
-    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit"):
+    for name in ("parallel", "n_ctx", "n_batch", "n_ubatch", "max_queue", "max_body_bytes", "max_tokens_limit",
+                 "draft_max"):
         if getattr(args, name) < 1:
             raise SystemExit(f"ubatch serve: --{name.replace('_', '-')} must be at least 1")
+    for name in ("header_timeout", "body_timeout"):
+        v = getattr(args, name)
+        if not (v > 0 and v < float("inf")):
+            raise SystemExit(f"ubatch serve: --{name.replace('_', '-')} must be a positive number of seconds")
+    split = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]   # noqa: E731
     return ServerConfig(model=args.model, model_id=args.model_id, host=args.host, port=args.port,
                         parallel=args.parallel, n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch,
                         n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
                         chat_template_file=args.chat_template, chat_format=args.chat_format,
-                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells)
+                        chat_parse_special=args.chat_parse_special,
+                        allowed_hosts=split(args.allowed_hosts) or None, cors_origins=split(args.cors_origins),
+                        header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                        prefix_cache=not args.no_prefix_cache, prefix_cache_cells=args.prefix_cache_cells,
+                        draft=args.draft, draft_max=args.draft_max)
 
 
 def run(args) -> int:

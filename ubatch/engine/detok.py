@@ -5,11 +5,13 @@
   would decode the whole text).
 * Stop strings are matched on the text: the text is cut where the first stop string starts and the stop text is
   not returned. While the end of the text could still be the beginning of a stop string, that end is held back
-  (so a delta never has to be taken back).
+  (so a delta never has to be taken back). Matching is a KMP automaton per stop string: O(new characters) per
+  token, however long the stop strings are (a review found the old prefix test quadratic in their length).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from functools import lru_cache
+from typing import List, Optional, Sequence, Tuple
 
 
 def utf8_complete_len(buf: bytes) -> int:
@@ -27,14 +29,49 @@ def utf8_complete_len(buf: bytes) -> int:
     return n
 
 
+def _failure(s: str) -> List[int]:
+    """KMP failure function of s: f[k] = length of the longest proper border of s[:k + 1]."""
+    f = [0] * len(s)
+    k = 0
+    for i in range(1, len(s)):
+        c = s[i]
+        while k and s[k] != c:
+            k = f[k - 1]
+        if s[k] == c:
+            k += 1
+        f[i] = k
+    return f
+
+
+class StopMatcher:
+    """The stop strings of a request with their KMP tables (built once, O(total stop length); shared by the
+    n choices of a request). Matching then costs O(new characters) per token, whatever the stops' length."""
+
+    __slots__ = ("stops", "fails")
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops: List[str] = [s for s in stops if s]
+        self.fails: List[List[int]] = [_failure(s) for s in self.stops]
+
+
+@lru_cache(maxsize=64)
+def matcher(stops: Tuple[str, ...]) -> StopMatcher:
+    """The (shared, immutable) StopMatcher of a tuple of stop strings: the n choices of a request, and requests
+    repeating the same stops, build the tables once."""
+    return StopMatcher(stops)
+
+
 class TextState:
     """The growing text of one completion (see the module docstring)."""
 
-    __slots__ = ("stops", "max_stop", "_pending", "text", "emitted", "stopped")
+    __slots__ = ("stops", "max_stop", "_matcher", "_state", "_pending", "text", "emitted", "stopped")
 
-    def __init__(self, stops: Optional[Sequence[str]] = None) -> None:
-        self.stops: List[str] = [s for s in (stops or []) if s]
+    def __init__(self, stops: "Optional[Sequence[str] | StopMatcher]" = None) -> None:
+        m = stops if isinstance(stops, StopMatcher) else matcher(tuple(stops or ()))
+        self._matcher = m
+        self.stops: List[str] = m.stops
         self.max_stop = max((len(s) for s in self.stops), default=0)
+        self._state = [0] * len(self.stops)   # per stop: length of its longest prefix the text ends with
         self._pending = b""        # bytes not decoded yet (an incomplete UTF-8 tail)
         self.text = ""             # decoded text (with a possible stop string cut off once found)
         self.emitted = 0           # characters of text already handed out as deltas
@@ -42,13 +79,26 @@ class TextState:
 
     def _holdback(self) -> int:
         """Characters at the end of text that are a proper prefix of some stop string."""
-        t = self.text
-        best = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(t)), best, -1):
-                if t.endswith(s[:k]):
-                    best = k
+        return max(self._state, default=0)
+
+    def _scan(self, new: str, start: int) -> int:
+        """Advances every stop's KMP state over `new` (the text from index `start`); returns where the first
+        stop string found starts (the earliest start among the stops' first occurrences), or -1."""
+        best = -1
+        m = self._matcher
+        for j, s in enumerate(m.stops):
+            f, k, n = m.fails[j], self._state[j], len(s)
+            for i, c in enumerate(new):
+                while k and s[k] != c:
+                    k = f[k - 1]
+                if s[k] == c:
+                    k += 1
+                if k == n:
+                    at = start + i - n + 1
+                    if best < 0 or at < best:
+                        best = at
                     break
+            self._state[j] = k
         return best
 
     def add(self, piece: bytes, final: bool = False) -> str:
@@ -59,14 +109,13 @@ class TextState:
         buf = self._pending + piece
         cut = len(buf) if final else utf8_complete_len(buf)
         start = len(self.text)
-        if cut:
-            self.text += buf[:cut].decode("utf-8", errors="replace")
+        new = buf[:cut].decode("utf-8", errors="replace") if cut else ""
+        self.text += new
         self._pending = buf[cut:]
-        if self.stops:
-            lo = max(0, start - self.max_stop + 1)
-            hits = [i for i in (self.text.find(s, lo) for s in self.stops) if i >= 0]
-            if hits:
-                self.text = self.text[:min(hits)]
+        if self.stops and new:
+            at = self._scan(new, start)
+            if at >= 0:
+                self.text = self.text[:at]
                 self.stopped = True
                 final = True
         end = len(self.text) if final else len(self.text) - self._holdback()
@@ -81,4 +130,4 @@ class TextState:
         return self.add(b"", final=True)
 
 
-__all__ = ["TextState", "utf8_complete_len"]
+__all__ = ["StopMatcher", "TextState", "utf8_complete_len"]

@@ -16,14 +16,15 @@ Prompt = Union[str, Sequence[int]]
 @dataclass
 class Completion:
     """One completion: text (no stop string), tokens (no end-of-generation token), finish_reason "stop" (EOG or
-    a stop string) or "length" (max_tokens or the context), prompt_tokens, index (the completion's number among
-    the n of its prompt)."""
+    a stop string) or "length" (max_tokens or the context) — "tool_calls" for a chat answer with tool calls —,
+    prompt_tokens, index (the completion's number among the n of its prompt)."""
 
     text: str
     tokens: List[int]
     finish_reason: str
     prompt_tokens: int
     index: int
+    tool_calls: Optional[List[dict]] = None   # chat(tools=...): OpenAI's tool_calls (finish_reason "tool_calls")
 
 
 def load_model(model):
@@ -52,16 +53,19 @@ class LLM:
     """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
     max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams).
     enable_prefix_caching (default True): reuse the K/V of earlier prompts' shared prefixes (bitwise the same
-    outputs); prefix_cache_max_cells bounds the cells the cache may hold (None: the KV cache, evicted on demand)."""
+    outputs); prefix_cache_max_cells bounds the cells the cache may hold (None: the KV cache, evicted on demand).
+    draft= enables exact speculative decoding ("prompt-lookup", a LlamaDraftModel-like callable, or a model /
+    GGUF path sharing the vocabulary; ubatch/engine/speculative.py), draft_max bounds the draft length;
+    speculative=False opts a call out. The output is the same token for token with or without a draft."""
 
     def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
-                 tokenizer=None, enable_prefix_caching: bool = True, prefix_cache_max_cells: Optional[int] = None
-                 ) -> None:
+                 tokenizer=None, enable_prefix_caching: bool = True, prefix_cache_max_cells: Optional[int] = None,
+                 draft=None, draft_max: int = 16) -> None:
         self.engine = LLMEngine(load_model(model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch,
                                 n_seq_max=n_seq_max, kv_unified=kv_unified, type_k=type_k, type_v=type_v,
                                 n_threads=n_threads, tokenizer=tokenizer, enable_prefix_caching=enable_prefix_caching,
-                                prefix_cache_max_cells=prefix_cache_max_cells)
+                                prefix_cache_max_cells=prefix_cache_max_cells, draft=draft, draft_max=draft_max)
 
     @property
     def model(self):
@@ -164,16 +168,35 @@ class LLM:
                            template=template)
 
     def chat(self, messages: List[dict], *, chat_format: Optional[str] = None, template: Optional[str] = None,
+             tools: Optional[List[dict]] = None, tool_choice=None, parse_special: bool = False,
              **sampling) -> Completion:
         """One completion of the conversation rendered in the model's chat format (chat_format / template
         choose another, see chat_format()); generation ends on the vocabulary's end-of-generation tokens,
-        `stop` strings as in generate."""
+        `stop` strings as in generate. Message contents are tokenized as text (a user's `<|im_end|>` stays
+        text), only the format's markup gives special tokens; parse_special=True parses special-token text in
+        the contents too (llama-cpp-python's way). tools / tool_choice (OpenAI's shapes, as ubatch serve takes
+        them, ValueError naming a malformed field): the calls the model makes are in .tool_calls, the rest of
+        its answer in .text (see ubatch.chat.tools)."""
         tok = self.tokenizer
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        from ubatch.chat.resolve import prompt_ids
-        return self.generate([prompt_ids(tok, fmt(messages))], **sampling)[0]
+        from ubatch.chat.tool_plan import check, engine_constrains
+        from ubatch.tokenizer.chat_encode import chat_prompt_ids
+        plan = check(tools, tool_choice, constrained=engine_constrains(tok))
+        if plan.active:
+            fmt = plan.chat_format(fmt)
+            if plan.forced is not None:                   # one call asked for: it ends at its </tool_call>
+                from ubatch.chat.tools import CLOSE
+                stop = sampling.get("stop")
+                sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
+                if plan.constrained:                      # its arguments under the tool's JSON schema
+                    sampling["json_schema"] = plan.schema()
+        c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
+        if plan.active:
+            msg, c.finish_reason = plan.message(c.text, c.finish_reason)
+            c.text, c.tool_calls = msg["content"] or "", msg.get("tool_calls")
+        return c
 
     def embed(self, texts: Sequence[Prompt], *, pooling: str = "mean", normalize: bool = True) -> np.ndarray:
         """float32[len(texts), n_embd] pooled embeddings (see LLMEngine.embed)."""

@@ -16,6 +16,10 @@ Each `step()` is one round of llama.cpp's server loop:
 5. a sequence ends on an end-of-generation token, a stop string (matched on the text, see detok.py), max_tokens,
    or when its next token would not fit in its context (n_ctx_seq cells): "stop" or "length". Its cells are
    freed (seq_rm) and its sequence id goes to the next admissions.
+6. prefix caching (prefix_cache.py, on unless enable_prefix_caching=False): a finished sequence's cells stay as a
+   cached entry instead of being freed; an admitted prompt takes the longest prefix some sequence holds (seq_cp) or
+   waits for the running one computing it, and only the rest is decoded; cached cells are evicted before a full
+   cache makes the engine retry or preempt.
 """
 from __future__ import annotations
 
@@ -79,7 +83,7 @@ class _Seq:
     first n_past of them; a generating sequence has exactly one token (the last sampled) left to place."""
 
     __slots__ = ("req", "index", "seed", "seq_id", "n_past", "generated", "text", "finish_reason", "state", "stamp",
-                 "d_text", "d_tok", "d_lp")
+                 "d_text", "d_tok", "d_lp", "spec")
 
     def __init__(self, req: "_Req", index: int, seed: int) -> None:
         self.req = req
@@ -95,6 +99,7 @@ class _Seq:
         self.d_text = ""
         self.d_tok: List[int] = []
         self.d_lp: Optional[list] = [] if req.params.logprobs is not None else None
+        self.spec = None                  # speculative decoding state (spec_engine.SeqSpec)
 
     @property
     def n_tokens(self) -> int:
@@ -153,7 +158,7 @@ class LLMEngine:
     def __init__(self, model, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 8,
                  kv_unified: bool = False, type_k: str = "f16", type_v: str = "f16", n_threads: Optional[int] = None,
                  tokenizer=None, timeline: bool = False, enable_prefix_caching: bool = True,
-                 prefix_cache_max_cells: Optional[int] = None) -> None:
+                 prefix_cache_max_cells: Optional[int] = None, draft=None, draft_max: int = 16) -> None:
         if model is None:
             raise ValueError("LLMEngine needs a model (ubatch.models.load(name) or a ubatch.Model)")
         self.model = model
@@ -178,6 +183,10 @@ class LLMEngine:
         # automatic prefix caching (prefix_cache.py); None when turned off
         self._prefix: Optional[PrefixCache] = (PrefixCache(self, max_cells=prefix_cache_max_cells)
                                                if enable_prefix_caching else None)
+        self._spec = None                 # speculative decoding (spec_engine.py): draft = prompt lookup / model / callable
+        if draft is not None:
+            from ubatch.engine.spec_engine import EngineSpeculator
+            self._spec = EngineSpeculator(self, draft, draft_max)
 
     # ------------------------------------------------------------------ requests
     def _prompt_tokens(self, prompt) -> np.ndarray:
@@ -260,7 +269,8 @@ class LLMEngine:
                 "ubatches": st.n_ubatches, "last_step_s": self._last_step_s,
                 "tokens": st.prompt_tokens + st.decode_tokens, "prompt_tokens": st.prompt_tokens,
                 "generated_tokens": st.generated_tokens, "decode_calls": st.decode_calls, "retries": st.retries,
-                "preemptions": st.preemptions, **self.prefix_stats()}
+                "preemptions": st.preemptions, **self.prefix_stats(),
+                **(self._spec.stats() if self._spec is not None else {})}
 
     def prefix_stats(self) -> dict:
         """The prefix cache's counters (prefix_cache_*: queries, hits, tokens queried / saved, hit rate = saved /
@@ -270,6 +280,8 @@ class LLMEngine:
     # ------------------------------------------------------------------ sequence slots
     def _release(self, s: _Seq) -> None:
         """s leaves the KV cache (its cells may stay as a prefix-cache entry) and gives its sequence id back."""
+        if s.spec is not None and s.spec.draft is not None and s.seq_id >= 0:
+            self._kv.seq_rm(s.seq_id, s.n_past, -1)      # draft rows past its last token: as without a draft
         if self._prefix is not None:
             self._prefix.release(s)
         else:
@@ -297,9 +309,9 @@ class LLMEngine:
             if len(unit) > len(self._free) or not self._room(unit):
                 break
             self._waiting.popleft()
-            if req.times.ub_admitted < 0:
+            first = req.times.ub_admitted < 0
+            if first:
                 req.times.ub_admitted = self.statistics.n_ubatches
-                req.times.seq_id = self._free[0]
             stamp = next(self._stamp)
             for k, s in enumerate(unit):
                 s.seq_id = (heapq.heappop(self._free) if self._prefix is None
@@ -308,6 +320,8 @@ class LLMEngine:
                 s.n_past = 0
                 s.state = PROMPT if k == 0 else FORK
                 self._active[s.seq_id] = s
+            if first:
+                req.times.seq_id = unit[0].seq_id
             if self._prefix is not None:
                 self._prefix.start(unit[0])           # the longest cached prefix, or a wait for a running one
 
@@ -338,14 +352,19 @@ class LLMEngine:
         seqs = [self._active[k] for k in sorted(self._active)]
         owners: List[_Seq] = []
         dec = [s for s in seqs if s.state == GEN]
-        tok = [np.array([s.generated[-1] for s in dec], np.int32)]
-        pos = [np.array([s.n_past for s in dec], np.int32)]
-        own = [np.arange(len(dec), dtype=np.int32)]
-        out = [np.ones(len(dec), np.int8)]
+        if self._spec is not None:        # the pending token, plus draft rows for the sequences that draft
+            self._spec.plan(dec, min(n_batch - len(dec), sum(s.n_tokens - s.n_past for s in seqs if s.state == PROMPT)))
+            t_, p_, o_, _ = self._spec.decode_rows(dec)
+            tok, pos, own, out = [t_], [p_], [o_], [np.ones(len(t_), np.int8)]
+        else:
+            tok = [np.array([s.generated[-1] for s in dec], np.int32)]
+            pos = [np.array([s.n_past for s in dec], np.int32)]
+            own = [np.arange(len(dec), dtype=np.int32)]
+            out = [np.ones(len(dec), np.int8)]
+            for s in dec:
+                s.n_past += 1
         owners.extend(dec)
-        for s in dec:
-            s.n_past += 1
-        n = len(dec)
+        n = n_dec = len(tok[0])
         for s in seqs:
             if n >= n_batch:
                 break
@@ -368,7 +387,7 @@ class LLMEngine:
             s.n_past += k
             n += k
         prompt = np.ones(n, bool)
-        prompt[:len(dec)] = False
+        prompt[:n_dec] = False
         own_a = np.concatenate(own)
         seq_ids = np.array([s.seq_id for s in owners], np.int32)[own_a] if owners else np.zeros(0, np.int32)
         return np.concatenate(tok), np.concatenate(pos), seq_ids, np.concatenate(out), owners, own_a, prompt
@@ -377,6 +396,7 @@ class LLMEngine:
         """One decode step (see the module docstring); returns the outputs of the requests that progressed."""
         t_step = time.perf_counter()
         st = self.statistics
+        mark = (st.decode_s + st.sample_s, st.n_ubatches, st.prompt_tokens + st.decode_tokens)
         self._admit()
         if self._prefix is not None:
             self._prefix.resolve()
@@ -390,6 +410,12 @@ class LLMEngine:
             try:
                 self._decode(tok[off:end], pos[off:end], seq[off:end], out[off:end], prompt[off:end])
             except KVCacheFullError:
+                if self._spec is not None and off == 0 and any(getattr(s.spec, "draft", None) is not None
+                                                               for s in owners):
+                    keep = self._spec.keep_mask(owners, own)          # retry the step without its draft rows
+                    tok, pos, seq, out, own, prompt = tok[keep], pos[keep], seq[keep], out[keep], own[keep], prompt[keep]
+                    self._spec.drop_drafts(owners)
+                    continue
                 if self._prefix is not None and self._prefix.evict_for_full(end - off):
                     continue                              # cached cells went first: retry the same slice
                 if end - off > 1:
@@ -422,12 +448,17 @@ class LLMEngine:
                 self._reqs.pop(r.rid, None)
         self._last_step_s = time.perf_counter() - t_step
         st.wall_s = time.perf_counter() - self._t0
+        if self._spec is not None:
+            self._spec.observe(st.n_ubatches - mark[1], st.prompt_tokens + st.decode_tokens - mark[2],
+                               st.decode_s + st.sample_s - mark[0])
         return outs
 
     def _unwind(self, owners: List[_Seq], own: np.ndarray, pos: np.ndarray) -> None:
         """After an unexpected decode error: the rows not decoded go back to their sequences."""
         for k in np.unique(own).tolist():
             s = owners[k]
+            if s.spec is not None:
+                s.spec.draft = None
             if s.seq_id >= 0:
                 s.n_past = min(s.n_past, int(pos[own == k].min()))
 
@@ -460,15 +491,22 @@ class LLMEngine:
         st.ubatches.extend(ubatch_records(ubs, seq, prompt, st.decode_calls - 1, rel))
 
     def _sample_slice(self, owners: List[_Seq], own: np.ndarray, out: np.ndarray, touched: Dict[str, _Req]) -> None:
-        """Samples every output row of the decoded slice (forking prompts with n > 1 first)."""
+        """Samples every output row of the decoded slice (forking prompts with n > 1 first); a drafted sequence's
+        rows are sampled as plain decoding would sample them and verified (spec_engine.verify)."""
         rows = np.flatnonzero(out)
         if rows.size == 0:
             return
         logits = self.ctx.get_logits()
         sb = SampleBatch()
         seqs: List[_Seq] = []
-        for j, k in enumerate(own[rows].tolist()):
-            s = owners[k]
+        spec_at: Dict[int, int] = {}            # entry index of a drafted sequence's first row -> its row count
+        owner_of = own[rows].tolist()
+        j = 0
+        while j < len(owner_of):
+            s = owners[owner_of[j]]
+            if s.state == GEN and s.spec is not None and s.spec.draft is not None:
+                j = self._add_drafted(sb, seqs, spec_at, s, j)
+                continue
             group = [s]
             if s.state == PROMPT:
                 forks = [f for f in s.req.seqs if f.state == FORK and f.seq_id >= 0]
@@ -481,23 +519,56 @@ class LLMEngine:
                 p = g.req.params
                 sb.add(j, p, g.seed, len(g.generated), g.history(p.repeat_last_n) if p.penalised else None)
                 seqs.append(g)
+            j += 1
         n_lp = max((g.req.params.logprobs for g in seqs if g.req.params.logprobs is not None), default=-1)
         t = time.perf_counter()
         toks, lp, top_id, top_lp = sample(logits, sb, n_logprobs=n_lp, n_threads=self.n_threads)
         self.statistics.sample_s += time.perf_counter() - t
-        self.statistics.generated_tokens += len(seqs)
         now = time.perf_counter()
-        for i, (g, t_) in enumerate(zip(seqs, toks.tolist())):
-            info = None
-            if g.d_lp is not None:
-                k = g.req.params.logprobs
-                info = {"token_id": t_, "logprob": float(lp[i]),
-                        "top_logprobs": list(zip(top_id[i, :k].tolist(), top_lp[i, :k].tolist()))}
+
+        def info_of(i: int, g: _Seq, t_: int) -> Optional[dict]:
+            if g.d_lp is None:
+                return None
+            k = g.req.params.logprobs
+            return {"token_id": t_, "logprob": float(lp[i]),
+                    "top_logprobs": list(zip(top_id[i, :k].tolist(), top_lp[i, :k].tolist()))}
+
+        toks_l = toks.tolist()
+        i = 0
+        while i < len(seqs):
+            g = seqs[i]
+            nr = spec_at.get(i)
+            if nr:
+                self.statistics.generated_tokens += self._spec.verify(
+                    g, toks[i:i + nr], lambda r, t_, i=i, g=g: info_of(i + r, g, t_))
+                touched[g.req.rid] = g.req
+                i += nr
+                continue
+            t_ = toks_l[i]
             if not g.req.times.first_token:
                 g.req.times.first_token = now
                 g.req.times.ub_first = self.statistics.n_ubatches
-            self._on_token(g, t_, info)
+            self.statistics.generated_tokens += 1
+            self._on_token(g, t_, info_of(i, g, t_))
             touched[g.req.rid] = g.req
+            i += 1
+
+    def _add_drafted(self, sb: SampleBatch, seqs: List[_Seq], spec_at: Dict[int, int], s: _Seq, j: int) -> int:
+        """Sampling entries for the k + 1 rows (from output row j) of s's drafted decode: row r is sampled at
+        counter len(generated) + r with the penalty window plain decoding would have after d1..dr."""
+        d = s.spec.draft
+        p = s.req.params
+        hist = s.history(p.repeat_last_n) if p.penalised else None
+        spec_at[len(seqs)] = len(d) + 1
+        for r in range(len(d) + 1):
+            h = None
+            if hist is not None:
+                h = np.concatenate([hist, d[:r]]) if r else hist
+                if p.repeat_last_n >= 0:
+                    h = h[max(len(h) - p.repeat_last_n, 0):]
+            sb.add(j + r, p, s.seed, len(s.generated) + r, h)
+            seqs.append(s)
+        return j + len(d) + 1
 
     def _on_token(self, s: _Seq, token: int, info: Optional[dict]) -> None:
         p = s.req.params

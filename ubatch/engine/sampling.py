@@ -27,7 +27,7 @@ def _num(name: str, v, lo: float, hi: float = math.inf, *, lo_open: bool = False
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number, got {type(v).__name__}")
     v = float(v)
-    if not math.isfinite(v) and not (v == math.inf and hi == math.inf):
+    if not math.isfinite(v):        # NaN and both infinities (a repeat_penalty of inf would zero every logit)
         raise ValueError(f"{name} must be finite, got {v}")
     if v < lo or v > hi or (lo_open and v == lo):
         raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}], got {v}")
@@ -63,6 +63,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0          # minus count x this, for tokens in the penalty window
     presence_penalty: float = 0.0           # minus this, for tokens in the penalty window
     logit_bias: Optional[Dict[int, float]] = None   # token id -> added to its logit first (-inf bans it)
+    speculative: bool = True                # with an engine draft: False decodes this request without draft rows
 
     @property
     def penalised(self) -> bool:
@@ -93,6 +94,8 @@ class SamplingParams:
         p.repeat_last_n = _integer("repeat_last_n", p.repeat_last_n, -1)
         if not isinstance(p.ignore_eos, (bool, np.bool_)):
             raise ValueError(f"ignore_eos must be a bool, got {type(p.ignore_eos).__name__}")
+        if not isinstance(p.speculative, (bool, np.bool_)):
+            raise ValueError(f"speculative must be a bool, got {type(p.speculative).__name__}")
         p.frequency_penalty = _num("frequency_penalty", p.frequency_penalty, -math.inf)
         p.presence_penalty = _num("presence_penalty", p.presence_penalty, -math.inf)
         if p.logit_bias is not None:

@@ -40,9 +40,16 @@ class _BatchMemory:
     def key(self) -> int:
         return (self.token if self.token is not None else self.embd).ctypes.data
 
+    def arrays(self):
+        """(field, array) of every per-row array of this batch."""
+        return [(name, a) for name, a in (("token", self.token), ("embd", self.embd), ("pos", self.pos),
+                                          ("n_seq_id", self.n_seq_id), ("seq_id", self.table),
+                                          ("logits", self.logits)) if a is not None]
+
 
 _BATCHES: Dict[int, _BatchMemory] = {}      # key address (token or embd) -> memory
 _BY_TABLE: Dict[int, _BatchMemory] = {}     # seq_id table address -> memory
+_ROWS: Dict[int, tuple] = {}                # address of any registered array -> (memory, field name)
 _lock = threading.Lock()
 
 
@@ -68,6 +75,8 @@ def llama_batch_init(n_tokens, embd, n_seq_max):
     with _lock:
         _BATCHES[mem.key()] = mem
         _BY_TABLE[mem.table.ctypes.data] = mem
+        for name, arr in mem.arrays():
+            _ROWS[arr.ctypes.data] = (mem, name)
     return b
 
 
@@ -82,6 +91,8 @@ def llama_batch_free(batch):
         mem = _BATCHES.pop(key, None)
         if mem is not None:
             _BY_TABLE.pop(mem.table.ctypes.data, None)
+            for _, arr in mem.arrays():
+                _ROWS.pop(arr.ctypes.data, None)
 
 
 @cfunc([llama_token_p, ctypes.c_int32], llama_batch)
@@ -135,6 +146,18 @@ def _seq_ids(b, n: int, n_seq_max_ctx: int):
     return rows
 
 
+def _check_rows(b, n: int) -> None:
+    """Before anything is read: n_tokens against the rows behind every field that points at memory of
+    llama_batch_init (pointers elsewhere -- llama_batch_get_one, hand-built batches -- are the caller's, as in
+    llama.cpp)."""
+    with _lock:
+        for field in ("token", "embd", "pos", "n_seq_id", "seq_id", "logits"):
+            hit = _ROWS.get(_addr(getattr(b, field)))
+            if hit is not None and n > hit[0].n:
+                raise BatchError(f"n_tokens = {n} > the {hit[0].n} rows allocated by llama_batch_init "
+                                 f"(field {field})")
+
+
 def to_ubatch(b, cctx) -> "object":
     """A ubatch.Batch with the content of llama_batch b (the arrays viewed in place, not copied)."""
     from ubatch.batch.container import Batch
@@ -142,10 +165,15 @@ def to_ubatch(b, cctx) -> "object":
     n = int(b.n_tokens)
     if n <= 0:
         raise BatchError("n_tokens == 0")
+    _check_rows(b, n)
     tokens = _view(b.token, (n,), np.int32)
     embd = None
     if tokens is None:
         n_embd = int(cctx.cmodel.hparam("n_embd"))
+        hit = _ROWS.get(_addr(b.embd))
+        if hit is not None and hit[1] == "embd" and hit[0].n_embd < n_embd:
+            raise BatchError(f"the batch's embeddings have {hit[0].n_embd} values per row (llama_batch_init embd), "
+                             f"the model's n_embd is {n_embd}")
         embd = _view(b.embd, (n, n_embd), np.float32)
         if embd is None:
             raise BatchError("batch has neither token ids nor embeddings")

@@ -19,6 +19,10 @@ _INTS = (ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16, ctypes.c_uint16, ctypes.
 def _converter(t: Any) -> Callable[[Any], Any]:
     if t in _INTS:
         def conv(a, t=t):
+            if isinstance(a, ctypes._SimpleCData):      # ctypes passes an instance of the argtype itself
+                if isinstance(a, t):
+                    return a.value
+                raise TypeError("wrong type")
             if isinstance(a, float):
                 raise TypeError("int expected instead of float")
             return t(a).value
@@ -26,7 +30,13 @@ def _converter(t: Any) -> Callable[[Any], Any]:
     if t is ctypes.c_bool:
         return bool
     if t in (ctypes.c_float, ctypes.c_double):
-        return lambda a, t=t: t(a).value
+        def conv_f(a, t=t):
+            if isinstance(a, ctypes._SimpleCData):
+                if isinstance(a, t):
+                    return a.value
+                raise TypeError("wrong type")
+            return t(a).value
+        return conv_f
     if t is ctypes.c_char_p:
         def conv_s(a):
             if a is None or isinstance(a, bytes):

@@ -21,16 +21,15 @@ class Prepared:
 
     def __init__(self, llm, prompt, *, suffix=None, max_tokens=16, logprobs=None, stop=None, seed=None,
                  model=None, logit_bias=None, logits_processor=None, **_ignored) -> None:
-        if suffix is not None:
-            raise NotImplementedError("create_completion(suffix=...): fill-in-the-middle is not implemented in "
-                                      "ubatch.llama_cpp")
         self.llm = llm
         self.id = f"cmpl-{uuid.uuid4()}"
         self.created = int(time.time())
         self.model_name = model if model is not None else llm.model_path
         self.prompt = prompt
         bos = llm.token_bos()
-        if isinstance(prompt, str):
+        if suffix is not None:
+            self.tokens = fim_tokens(llm, prompt, suffix)
+        elif isinstance(prompt, str):
             toks = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True) if prompt != "" else []
             cls_id, sep_id = llm._model.token_cls(), llm._model.token_sep()
             lead = cls_id if cls_id != -1 else bos
@@ -69,6 +68,39 @@ class Prepared:
             extra = LogitsProcessorList([bias_proc])
             self.logits_processor = extra if logits_processor is None else LogitsProcessorList(
                 list(logits_processor) + [bias_proc])
+
+
+def fim_tokens(llm, prompt, suffix: str) -> List[int]:
+    """The fill-in-the-middle prompt: [BOS] FIM_PRE prompt FIM_SUF suffix FIM_MID [EOS] (suffix first with
+    spm_infill), with the model's own FIM tokens. llama-cpp-python 0.3.36 has token id 0 in place of all three
+    (its "TODO: Fix"), which is no FIM prompt at all; a model without FIM tokens raises ValueError."""
+    if not isinstance(suffix, str):
+        raise TypeError("suffix must be a str")
+    from ubatch.llama_cpp import llama_cpp as L
+    vocab = L.llama_model_get_vocab(llm.model)
+    pre, suf, mid = L.llama_vocab_fim_pre(vocab), L.llama_vocab_fim_suf(vocab), L.llama_vocab_fim_mid(vocab)
+    if min(pre, suf, mid) < 0:
+        raise ValueError("create_completion(suffix=...): the model has no fill-in-the-middle tokens "
+                         "(tokenizer.ggml.fim_pre_token_id / fim_suf / fim_mid)")
+    if isinstance(prompt, str):
+        body = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=False) if prompt else []
+    else:
+        body = [int(t) for t in prompt]
+    tail = llm.tokenize(suffix.encode("utf-8"), add_bos=False, special=False) if suffix else []
+    if suffix and llm.metadata.get("tokenizer.ggml.add_space_prefix", "true") == "true":
+        # an SPM vocabulary puts a space before the text: tokenise after a marker and drop the marker's tokens
+        mark = llm.tokenize("\u263a".encode("utf-8"), add_bos=False, special=False)
+        marked = llm.tokenize(("\u263a" + suffix).encode("utf-8"), add_bos=False, special=False)
+        if marked[:len(mark)] == mark:
+            tail = marked[len(mark):]
+    bos, cls_id, sep_id = llm.token_bos(), llm._model.token_cls(), llm._model.token_sep()
+    lead = cls_id if cls_id != -1 else bos
+    bos_tokens = [lead] if (llm._model.add_bos_token() and lead != -1) else []
+    eos = sep_id if sep_id != -1 else llm.token_eos()
+    eos_tokens = [eos] if (llm._model.add_eos_token() or sep_id != -1) and eos != -1 else []
+    prefix, suffix_part = [pre] + body, [suf] + tail
+    middle = (suffix_part + prefix) if llm.spm_infill else (prefix + suffix_part)
+    return bos_tokens + middle + [mid] + eos_tokens
 
 
 class TextState:
@@ -203,6 +235,12 @@ class CompletionRun:
             st.finish = "stop"          # ended by a stopping criterion
         if llm.cache:
             llm.cache[prep.tokens + st.tokens] = llm.save_state()
+        if stream and prep.logprobs is not None:     # the rest token by token, the last one cut at a stop string
+            shown = len(llm.detokenize(st.tokens[:returned], prev_tokens=prep.tokens)) if returned else 0
+            out, returned = self._stream_logprobs(st, returned, st.tokens[returned:], len(st.text) - shown, cut=True)
+            yield from out
+            yield chunk(prep, "", st.finish)
+            return
         if stream:
             rest = st.text[len(llm.detokenize(st.tokens[:returned], prev_tokens=prep.tokens)):] \
                 if returned else st.text
@@ -232,6 +270,8 @@ class CompletionRun:
                     break
         out = []
         end_pos = 0
+        if prep.logprobs is not None:       # one chunk per token with its logprobs, as 0.3.36 streams them
+            return self._stream_logprobs(st, returned, rem, len(rem_text) - hold)
         while rem:
             for i in range(1, len(rem) + 1):
                 bs = llm.detokenize(rem[:i], prev_tokens=prep.tokens + st.tokens[:returned])
@@ -248,4 +288,38 @@ class CompletionRun:
             rem = rem[i:]
             returned += i
             out.append(chunk(prep, ts, None))
+        return out, returned
+
+    def _stream_logprobs(self, st: TextState, returned: int, rem: List[int], limit: int, cut: bool = False):
+        """Chunks of one token each with its logprobs entry, while the text stays within limit bytes (cut: the
+        token crossing the limit goes out with its text cut there, and ends the stream)."""
+        llm, prep = self.llm, self.prep
+        bos = llm.token_bos()
+        prompt_len = len(prep.prompt)
+        out, end_pos = [], 0
+        for token in rem:
+            prev = prep.tokens + st.tokens[:returned]
+            if token == bos:
+                returned += 1
+                continue
+            piece = llm.detokenize([token], prev_tokens=prev)
+            end_pos += len(piece)
+            if end_pos > limit and not cut:
+                break
+            token_str = piece.decode("utf-8", errors="ignore")
+            text_offset = prompt_len + len(llm.detokenize(st.tokens[:returned], prev_tokens=prev)
+                                           .decode("utf-8", errors="ignore"))
+            lp = llm.logits_to_logprobs(llm._scores[len(prep.tokens) + returned - 1, :])
+            order = np.argsort(-lp, kind="stable")[: prep.logprobs]
+            top = {llm.detokenize([int(i)]).decode("utf-8", errors="ignore"): float(lp[i]) for i in order}
+            top[token_str] = float(lp[int(token)])
+            returned += 1
+            raw = llm.detokenize([token], prev_tokens=prep.tokens + st.tokens[:returned])
+            if cut and end_pos > limit:
+                raw = raw[: len(raw) - (end_pos - limit)]
+            text = raw.decode("utf-8", errors="ignore")
+            out.append(chunk(prep, text, None, {"tokens": [token_str], "text_offset": [text_offset],
+                                                "token_logprobs": [float(lp[int(token)])], "top_logprobs": [top]}))
+            if cut and end_pos >= limit:
+                break
         return out, returned

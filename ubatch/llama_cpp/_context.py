@@ -47,12 +47,12 @@ class CContext:
         n_ctx = int(params.n_ctx) or int(model.hparam("n_ctx_train"))
         self.n_threads = int(params.n_threads) if int(params.n_threads) > 0 else 4
         self.n_threads_batch = int(params.n_threads_batch) if int(params.n_threads_batch) > 0 else self.n_threads
-        self.ctx = ubatch.Context(model.model, n_ctx=n_ctx, n_batch=max(int(params.n_batch), 1),
+        self.ctx = ubatch.Context(_rope_model(model.model, params), n_ctx=n_ctx, n_batch=max(int(params.n_batch), 1),
                                   n_ubatch=int(params.n_ubatch), n_seq_max=max(n_seq_max, 1),
                                   kv_unified=bool(params.kv_unified), embeddings=bool(params.embeddings),
                                   pooling=POOLING_NAMES[pooling], type_k=types[0], type_v=types[1],
                                   n_threads=self.n_threads_batch, causal_attn=causal,
-                                  flash_attn=int(params.flash_attn_type))
+                                  flash_attn=int(params.flash_attn_type), swa_full=bool(params.swa_full))
         for w in self.ctx.warnings:
             _log.warn(f"llama_context: {w}")
         self.embeddings = bool(params.embeddings)
@@ -118,6 +118,45 @@ class CContext:
         self.t_start_ms = time.time() * 1e3
         self.t_p_eval_ms = self.t_eval_ms = 0.0
         self.n_p_eval = self.n_eval = 0
+
+
+def check_rope(params) -> None:
+    """Raises NotImplementedError for the RoPE variants ubatch's kernel lacks (YaRN, LongRoPE)."""
+    rtype = int(params.rope_scaling_type)
+    if rtype in (2, 3):
+        raise NotImplementedError(f"rope_scaling_type = {rtype} ({'YaRN' if rtype == 2 else 'LongRoPE'}): ubatch's "
+                                  f"RoPE does not implement it")
+    if float(params.yarn_ext_factor) > 0.0:
+        raise NotImplementedError(f"yarn_ext_factor = {params.yarn_ext_factor}: YaRN is not implemented by ubatch")
+    if float(params.yarn_attn_factor) >= 0.0 and float(params.yarn_attn_factor) != 1.0:   # < 0: the model's (1)
+        raise NotImplementedError(f"yarn_attn_factor = {params.yarn_attn_factor}: YaRN's attention factor is not "
+                                  f"implemented by ubatch (1.0 is the only value)")
+
+
+def _rope_model(model, params):
+    """The model with the context's RoPE parameters applied as llama.cpp derives them (cparams): rope_freq_base /
+    rope_freq_scale 0 = the model's, rope_scaling_type NONE = no scaling, LINEAR = freq_scale; the sliding-window
+    layers keep their own base, unscaled, as in llama.cpp. YaRN (rope_scaling_type YARN, yarn_ext_factor > 0,
+    yarn_attn_factor != 1) and LongRoPE are not implemented by ubatch's RoPE kernel: they raise. A model object
+    with other parameters shares the weights (a shallow copy)."""
+    if model is None:
+        return None
+    import copy
+    import dataclasses
+    check_rope(params)
+    hp = model.hparams
+    rtype = int(params.rope_scaling_type)
+    base = float(params.rope_freq_base) or float(hp.rope_freq_base)
+    scale = float(params.rope_freq_scale) or float(hp.rope_freq_scale)
+    if rtype == 0:
+        scale = 1.0
+    if base <= 0.0 or scale <= 0.0:
+        raise ValueError(f"rope_freq_base = {base} and rope_freq_scale = {scale} must be > 0")
+    if base == hp.rope_freq_base and scale == hp.rope_freq_scale:
+        return model
+    m = copy.copy(model)
+    m.hparams = dataclasses.replace(hp, rope_freq_base=base, rope_freq_scale=scale)
+    return m
 
 
 def create(model, params) -> Optional[CContext]:

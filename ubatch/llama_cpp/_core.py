@@ -540,23 +540,6 @@ def llama_memory_can_shift(mem):
     return _mem(mem, "llama_memory_can_shift") is not None
 
 
-# ------------------------------------------------------------------ state (not serialisable yet)
-def _state_missing(name: str):
-    def fn(*args):
-        raise NotImplementedError(f"{name}: serialising a context's state to bytes/files is not implemented in "
-                                  f"ubatch.llama_cpp (Llama.save_state / load_state work in-process)")
-    fn.__name__ = fn.__qualname__ = name
-    return fn
-
-
-for _n in ("llama_state_get_size", "llama_state_get_data", "llama_state_set_data", "llama_state_load_file",
-           "llama_state_save_file", "llama_state_seq_get_size", "llama_state_seq_get_data",
-           "llama_state_seq_set_data", "llama_state_seq_save_file", "llama_state_seq_load_file",
-           "llama_state_seq_get_size_ext", "llama_state_seq_get_data_ext", "llama_state_seq_set_data_ext"):
-    globals()[_n] = _state_missing(_n)
-del _n
-
-
 # ------------------------------------------------------------------ perf
 @cfunc([_vp], llama_perf_context_data)
 def llama_perf_context(ctx):

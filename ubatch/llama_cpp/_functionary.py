@@ -143,8 +143,7 @@ def functionary_v1_v2_chat_handler(llama, messages: List[dict], functions=None, 
 
     if stream is not False:
         from ubatch.llama_cpp._functionary_stream import stream_v2
-        assert version == "v2", "Streaming for v1 is not supported"
-        return stream_v2(complete, grammar_of, tools, function_call, prompt)
+        return stream_v2(complete, grammar_of, tools, function_call, prompt, version)
 
     content = ""
     calls: List[str] = []

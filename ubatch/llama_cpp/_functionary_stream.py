@@ -23,7 +23,9 @@ def _call(tools, index: int, tool_id: str, name: Optional[str], args: str) -> Di
     return {"function_call": {"name": name, "arguments": args}}
 
 
-def stream_v2(complete: Callable, grammar_of: Callable, tools, function_call, prompt: str) -> Iterator[dict]:
+def stream_v2(complete: Callable, grammar_of: Callable, tools, function_call, prompt: str,
+              version: str = "v2") -> Iterator[dict]:
+    assert version == "v2", "Streaming for v1 is not supported"      # raised on the first next(), as upstream
     stops = [V2["stop"], V2["frm"]]
     if isinstance(function_call, dict):
         prompt += f"{function_call['name']}\n{V2['content']}"

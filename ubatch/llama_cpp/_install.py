@@ -37,6 +37,15 @@ class _AliasLoader(importlib.abc.Loader):
     def exec_module(self, module) -> None:
         pass
 
+    # runpy (`python -m llama_cpp.server`) runs a module's code itself: hand it the ubatch module's
+    def get_code(self, fullname):
+        spec = importlib.util.find_spec(self.target)
+        return spec.loader.get_code(self.target) if spec is not None and spec.loader is not None else None
+
+    def is_package(self, fullname) -> bool:
+        spec = importlib.util.find_spec(self.target)
+        return spec is not None and spec.submodule_search_locations is not None
+
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):

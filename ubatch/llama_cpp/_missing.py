@@ -24,11 +24,10 @@ _FEATURES = {
         "llama_batch_ext_set_output_logits", "llama_batch_ext_set_output_embd", "llama_batch_ext_set_embd_token",
         "llama_batch_ext_set_embd_state", "llama_process"),
     "training (llama_opt_*)": ("llama_opt_init", "llama_opt_epoch", "llama_opt_param_filter_all"),
-    "session files": ("llama_load_session_file", "llama_save_session_file", "llama_copy_state_data",
-                      "llama_set_state_data", "llama_get_state_size"),
     "models from memory / file pointers / user tensors": ("llama_model_load_from_file_ptr",
                                                           "llama_model_init_from_user"),
     "backend samplers": ("llama_set_sampler",),
+    "suppress-token lists (Whisper-style vocabularies)": ("llama_vocab_get_suppress_tokens",),
     "copying sampler state": ("llama_sampler_copy",),
 }
 
@@ -37,6 +36,7 @@ def _make(name: str, feature: str):
     def fn(*args, **kwargs):
         raise NotImplementedError(f"{name}: {feature} is not implemented in ubatch.llama_cpp")
     fn.__name__ = fn.__qualname__ = name
+    fn.ubatch_unsupported = feature          # read by tests/test_llama_cpp_names.py
     return fn
 
 

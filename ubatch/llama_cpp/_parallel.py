@@ -31,6 +31,7 @@ class _Choice:
             mirostat_tau=s["mirostat_tau"], mirostat_eta=s["mirostat_eta"],
             seed=(group.prep.seed + k) & 0xFFFFFFFF)
         self.n_past = 0
+        self.tail: List[int] = []   # tokens decoded after the prompt (what its KV holds beyond it)
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
 
@@ -62,6 +63,7 @@ class ParallelRunner:
         self.calls: List[_Call] = []
         self.closed = False
         self.batch = L.llama_batch_init(max(llm.n_batch, self.n_seq), 0, 1)
+        self.prefix = _prefix_for(llm, self.n_seq)
         self.thread = threading.Thread(target=self._loop, name="ubatch-llama-parallel", daemon=True)
         self.thread.start()
 
@@ -103,6 +105,8 @@ class ParallelRunner:
     def _clear_all(self) -> None:
         mem = L.llama_get_memory(self.llm.ctx)
         L.llama_memory_clear(mem, True)
+        if self.prefix is not None:
+            self.prefix = _prefix_for(self.llm, self.n_seq)
         self.free = list(range(self.n_seq))
         self.active, self.calls, self.waiting = [], [], []
 
@@ -125,6 +129,8 @@ class ParallelRunner:
                     break
                 for c in g.choices:
                     c.seq = self.free.pop(0)
+                if self.prefix is not None:       # the longest cached prefix, shared (seq_cp), is not decoded
+                    g.fed = self.prefix.lookup(g.prep.tokens, g.choices[0].seq)
                 self.active.append(g)
                 admitted = True
             if call not in self.calls:
@@ -146,6 +152,7 @@ class ParallelRunner:
                     continue
                 tok = c.state.tokens[-1]
                 b.token[n], b.pos[n], b.n_seq_id[n], b.seq_id[n][0], b.logits[n] = tok, c.n_past, 1, c.seq, 1
+                c.tail.append(tok)
                 rows.append((c, n))
                 c.n_past += 1
                 n += 1
@@ -166,6 +173,8 @@ class ParallelRunner:
             return
         b.n_tokens = n
         rc = L.llama_decode(llm.ctx, b)
+        while rc == 1 and self.prefix is not None and self.prefix.evict_for(n):
+            rc = L.llama_decode(llm.ctx, b)     # cached cells went first: the decode fails only as without them
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc} in the batched completion path")
         for c, row in rows:
@@ -188,7 +197,11 @@ class ParallelRunner:
 
     def _finish(self, c: _Choice) -> None:
         c.done = True
-        L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), c.seq, -1, -1)
+        if self.prefix is not None and c.n_past > 0:
+            toks = (list(c.group.prep.tokens) + c.tail)[:c.n_past]
+            self.prefix.store(c.seq, toks)       # its cells stay as a cached prefix (or are freed)
+        else:
+            L.llama_memory_seq_rm(L.llama_get_memory(self.llm.ctx), c.seq, -1, -1)
         self.free.append(c.seq)
         self.free.sort()
         c.sampler.close()
@@ -199,6 +212,19 @@ class ParallelRunner:
             if all(c.done for g in call.groups for c in g.choices):
                 self.calls.remove(call)
                 call.future.set_result(_response(call))
+
+
+def _prefix_for(llm, n_seq: int):
+    """The prefix reuse of this Llama's batched paths (None when Llama(prefix_cache=False) or the KV cache has
+    one stream per sequence)."""
+    if not getattr(llm, "prefix_cache", False):
+        return None
+    from ubatch.llama_cpp._handles import REGISTRY
+    from ubatch.llama_cpp._prefix import DropInPrefix
+    kv = REGISTRY.get(llm._ctx.ctx, "context").kv
+    if kv.n_stream != 1:
+        return None
+    return DropInPrefix(kv, n_seq)
 
 
 def _response(call: _Call) -> Dict[str, Any]:

@@ -118,7 +118,8 @@ class CVocab:
     def piece(self, token: int, lstrip: int, special: bool) -> bytes:
         if self.tok is None:
             return b""
-        return bytes(self.tok.token_to_piece(int(token), special=bool(special), lstrip=int(lstrip)))
+        # llama.cpp strips `for (i = 0; i < lstrip && ...)` spaces: a negative lstrip strips none
+        return bytes(self.tok.token_to_piece(int(token), special=bool(special), lstrip=max(int(lstrip), 0)))
 
     def detok(self, ids, remove_special: bool, unparse_special: bool) -> bytes:
         if self.tok is None:
@@ -140,12 +141,20 @@ def get(vocab) -> Optional[CVocab]:
 def tokenize_into(v: CVocab, text: bytes, text_len: int, dst_addr: int, n_max: int, add_special: bool,
                   parse_special: bool) -> int:
     """The shared body of the Python and the C llama_tokenize. dst_addr: address of int32[n_max]."""
-    text = text[:max(text_len, 0)] if text_len >= 0 else text
+    if text_len < 0:
+        # llama.cpp builds std::string(text, text_len): a negative length is a failed tokenization (the C library
+        # throws std::length_error); here it is llama_tokenize's failure code, INT32_MIN, with a log line
+        _log.error(f"llama_tokenize: text_len = {text_len} < 0")
+        return -2**31
+    text = text[:text_len]
     try:
         ids = v.encode(text, add_special, parse_special)
     except NotImplementedError as e:
         _log.error(f"llama_tokenize: {e}")
         return 0
+    except (ValueError, TypeError) as e:
+        _log.error(f"llama_tokenize: {e}")
+        return -2**31
     n = len(ids)
     if n > n_max:
         return -n

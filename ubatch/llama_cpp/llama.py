@@ -11,17 +11,29 @@ import multiprocessing
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
 from ubatch.llama_cpp import _internals as internals
+from ubatch.llama_cpp import _state
 from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
 from ubatch.llama_cpp.llama_cache import token_prefix
+from ubatch.llama_cpp.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache  # noqa: F401
+from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (llama_cpp.llama re-exports the types, as 0.3.36)
+from ubatch.llama_cpp._logger import set_verbose  # noqa: F401
+from ubatch.llama_cpp._utils import suppress_stdout_stderr  # noqa: F401
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
+
+
+LogitsProcessor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A logits processor: (input_ids intc[n], scores single[n_vocab]) -> scores (0.3.36's type alias)."""
+StoppingCriteria = Callable[[np.ndarray, np.ndarray], bool]
+"""A stopping criterion: (input_ids intc[n], logits single[n_vocab]) -> stop? (0.3.36's type alias)."""
 
 
 class LogitsProcessorList(list):
@@ -89,7 +101,7 @@ class LlamaTokenizer:
 
 
 BaseLlamaTokenizer = LlamaTokenizer
-_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters", "draft_model": "speculative decoding",
+_UNSUPPORTED = {"lora_path": "LoRA adapters", "lora_base": "LoRA adapters",
                 "kv_overrides": "GGUF metadata overrides (kv_overrides)", "rpc_servers": "RPC offload",
                 "tensor_split": "multi-GPU tensor split"}
 
@@ -111,20 +123,29 @@ class Llama:
                  lora_scale: float = 1.0, lora_path=None, numa=False, chat_format: Optional[str] = None,
                  chat_handler=None, draft_model=None, tokenizer=None, type_k: Optional[int] = None,
                  type_v: Optional[int] = None, spm_infill: bool = False, verbose: bool = True,
-                 n_seq_max: Optional[int] = None, **kwargs) -> None:
+                 n_seq_max: Optional[int] = None, prefix_cache: bool = True, **kwargs) -> None:
         for name, what in _UNSUPPORTED.items():
             v = locals().get(name)
             if v:
                 raise NotImplementedError(f"Llama({name}=...): {what} is not supported by ubatch.llama_cpp")
         self.verbose = verbose
         self.model_path = model_path
-        self._seed = seed
+        self._seed = seed or LLAMA_DEFAULT_SEED       # 0.3.36: seed=0 means the default (random) seed
         self.last_n_tokens_size = last_n_tokens_size
         self.spm_infill = spm_infill
-        self.draft_model = None
+        self.draft_model = draft_model
+        self._draft_state = None
+        if draft_model is not None:
+            if not callable(draft_model):
+                raise ValueError(f"Llama(draft_model=...): {type(draft_model).__name__} is not callable (a "
+                                 f"LlamaDraftModel such as LlamaPromptLookupDecoding)")
+            from ubatch.llama_cpp._speculative import DraftState
+            self._draft_state = DraftState(self)
         self.cache = None
+        self.prefix_cache = bool(prefix_cache)   # ubatch: prefix reuse across the batched paths' requests
         self.lora_path, self.lora_base, self.lora_scale = None, None, lora_scale
         self.numa = numa
+        self._use_mlock = bool(use_mlock)
 
         self.model_params = llama_cpp.llama_model_default_params()
         self.model_params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers == -1 else n_gpu_layers
@@ -170,6 +191,8 @@ class Llama:
         self.n_seq_max = int(cp.n_seq_max)
         self._batched = n_seq_max is not None and self.n_seq_max > 1
 
+        from ubatch.llama_cpp._context import check_rope
+        check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
@@ -192,7 +215,9 @@ class Llama:
         self._is_recurrent = self._is_hybrid = False
         self.n_tokens = 0
         self.input_ids = np.ndarray((self._n_ctx,), dtype=np.intc)
-        self.scores = np.ndarray((self._n_ctx if logits_all else self.n_batch, self._n_vocab), dtype=np.single)
+        # every evaluated row's logits are kept when logits_all or draft_model (llama-cpp-python sizes this by
+        # logits_all alone, so a draft_model without logits_all fails once n_batch positions are evaluated)
+        self.scores = np.ndarray((self._n_ctx if self._logits_all else self.n_batch, self._n_vocab), dtype=np.single)
         self._mirostat_mu = ctypes.c_float(2.0 * 5.0)
         self._sampler = None
         self._requires_eval = True
@@ -308,13 +333,25 @@ class Llama:
             chunk = list(tokens[i: min(len(tokens), i + self.n_batch)])
             n_past, n = self.n_tokens, len(chunk)
             self._batch.set_batch(batch=chunk, n_past=n_past, logits_all=self._logits_all)
-            self._ctx.decode(self._batch)
+            self._decode_chunk(n)
             self.input_ids[n_past: n_past + n] = chunk
             if self._logits_all:
                 logits = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(n * self._n_vocab,))
                 self.scores[n_past: n_past + n, :].reshape(-1)[:] = logits
             self.n_tokens += n
             self._requires_eval = False
+
+    def _decode_chunk(self, n: int) -> None:
+        """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
+        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
+        pre = self._parallel.prefix if self._parallel is not None else None
+        while True:
+            rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            if rc == 1 and pre is not None and pre.evict_for(n):
+                continue
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            return
 
     def _init_sampler(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                       frequency_penalty=0.0, presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_eta=0.1,
@@ -401,21 +438,41 @@ class Llama:
         if reset:
             self.reset()
         sample_idx = self.n_tokens + len(tokens) - 1
-        while True:
-            self.eval(tokens)
-            while sample_idx < self.n_tokens:
-                token = self.sample(idx=sample_idx)
-                sample_idx += 1
-                if stopping_criteria is not None and stopping_criteria(
-                        self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
-                    return
-                extra = yield token
-                tokens = [token] + (list(extra) if extra is not None else [])
-                if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
-                    self.n_tokens = sample_idx
-                    self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
-                    self._requires_eval = True
-                    break
+        spec = self._draft_state
+        n_draft = 0
+        try:
+            while True:
+                t_eval = time.perf_counter()
+                self.eval(tokens)
+                if spec is not None:
+                    spec.observe_eval(len(tokens), time.perf_counter() - t_eval)
+                matched = 0
+                while sample_idx < self.n_tokens:
+                    token = self.sample(idx=sample_idx)
+                    sample_idx += 1
+                    if stopping_criteria is not None and stopping_criteria(
+                            self._input_ids[:sample_idx], self._scores[sample_idx - self.n_tokens, :]):
+                        return
+                    extra = yield token
+                    tokens = [token] + (list(extra) if extra is not None else [])
+                    if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
+                        self.n_tokens = sample_idx
+                        self._ctx.kv_cache_seq_rm(0, self.n_tokens, -1)
+                        self._requires_eval = True
+                        break
+                    if sample_idx < self.n_tokens:
+                        matched += 1     # the sample equals the evaluated draft token after it
+                if spec is not None:     # llama-cpp-python's draft step, cut by the adaptive policy
+                    spec.verified(n_draft, matched)
+                    drafts = spec.draft(tokens)
+                    n_draft = len(drafts)
+                    tokens = tokens + drafts
+        finally:
+            if spec is not None and self.n_tokens > sample_idx:
+                # the generator stops after a token: draft rows evaluated beyond it leave the KV cache, which
+                # then holds what decoding without the draft holds at this point
+                self.n_tokens = sample_idx
+                self._ctx.kv_cache_seq_rm(0, sample_idx, -1)
 
     # ------------------------------------------------------------------ completions
     def create_completion(self, prompt: Union[str, List[int], List[str], List[List[int]]], suffix: Optional[str] = None,
@@ -509,6 +566,21 @@ class Llama:
                        mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                        logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
 
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
+        """create_chat_completion's result as the openai package's types (ChatCompletion, or a generator of
+        ChatCompletionChunk when stream=True), as 0.3.36; needs `pip install openai`."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError as e:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package. "
+                              "You can install it with `pip install openai`.") from e
+        stream = kwargs.get("stream", False)
+        if not isinstance(stream, bool):
+            raise TypeError("stream must be a bool")
+        if stream:
+            return (ChatCompletionChunk(**c) for c in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
+
     # ------------------------------------------------------------------ embeddings
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
@@ -569,27 +641,65 @@ class Llama:
 
     # ------------------------------------------------------------------ state
     def save_state(self) -> LlamaState:
-        from ubatch.llama_cpp._handles import REGISTRY
-        c = REGISTRY.get(self._ctx.ctx, "context")
-        runner = c.ctx._runner
-        snap = (c.kv.snapshot(), runner.snapshot_kv() if runner is not None else None, c.snapshot_outputs())
-        return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
-                          llama_state=snap, llama_state_size=0, seed=self._seed)
+        """The context's whole state as bytes (llama_state_get_data: ubatch's format, docs/compat.md) with the
+        tokens, scores and seed; load_state (here or in another Llama over the same model and n_ctx, or after
+        pickling) continues bit for bit as if it had never been saved."""
+        with self._lock:
+            data = _state.get_state(self._context_obj())
+            return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
+                              llama_state=data, llama_state_size=len(data), seed=self._seed)
 
     def load_state(self, state: LlamaState) -> None:
+        with self._lock:
+            size = int(state.llama_state_size)
+            buf = (ctypes.c_uint8 * size).from_buffer_copy(state.llama_state)
+            if llama_cpp.llama_state_set_data(self._ctx.ctx, buf, size) != size:
+                raise RuntimeError("Failed to set llama state data")
+            self.scores[: state.n_tokens, :] = state.scores.copy()
+            rest = self.scores[state.n_tokens:, :]
+            rest[rest > 0] = 0.0
+            self.input_ids = state.input_ids.copy()
+            self.n_tokens = state.n_tokens
+            self._requires_eval = True
+            self._seed = state.seed
+            if self._parallel is not None and self._parallel.prefix is not None:
+                self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
+
+    def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
-        c = REGISTRY.get(self._ctx.ctx, "context")
-        kv_snap, data_snap, outputs = state.llama_state
-        c.kv.restore(kv_snap)
-        if data_snap is not None:
-            c.ctx._runner.restore_kv(data_snap)
-        c.outputs_changed()
-        c.restored = outputs
-        self.scores[: state.n_tokens, :] = state.scores
-        self.input_ids = state.input_ids.copy()
-        self.n_tokens = state.n_tokens
-        self._requires_eval = True
-        self._seed = state.seed
+        return REGISTRY.get(self._ctx.ctx, "context")
+
+    @property
+    def eval_logits(self):
+        from collections import deque
+        return deque(self.scores[: self.n_tokens, :].tolist(), maxlen=self._n_ctx if self._logits_all else 1)
+
+    # ------------------------------------------------------------------ pickling (the constructor's arguments)
+    def __getstate__(self) -> Dict[str, Any]:
+        mp, cp = self.model_params, self.context_params
+        return dict(model_path=self.model_path, n_gpu_layers=mp.n_gpu_layers, split_mode=mp.split_mode,
+                    main_gpu=mp.main_gpu, tensor_split=None, vocab_only=bool(mp.vocab_only),
+                    use_mmap=mp.load_mode in (llama_cpp.LLAMA_LOAD_MODE_MMAP, llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK),
+                    use_mlock=self._use_mlock, kv_overrides=None, seed=self._seed, n_ctx=cp.n_ctx,
+                    n_batch=self.n_batch, n_ubatch=cp.n_ubatch, n_threads=cp.n_threads,
+                    n_threads_batch=cp.n_threads_batch, rope_scaling_type=cp.rope_scaling_type,
+                    pooling_type=cp.pooling_type, attention_type=cp.attention_type,
+                    rope_freq_base=cp.rope_freq_base, rope_freq_scale=cp.rope_freq_scale,
+                    yarn_ext_factor=cp.yarn_ext_factor, yarn_attn_factor=cp.yarn_attn_factor,
+                    yarn_beta_fast=cp.yarn_beta_fast, yarn_beta_slow=cp.yarn_beta_slow,
+                    yarn_orig_ctx=cp.yarn_orig_ctx, logits_all=self._logits_all, embedding=bool(cp.embeddings),
+                    offload_kqv=bool(cp.offload_kqv),
+                    flash_attn=cp.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                    op_offload=bool(cp.op_offload), swa_full=bool(cp.swa_full), no_perf=bool(cp.no_perf),
+                    last_n_tokens_size=self.last_n_tokens_size, lora_base=self.lora_base,
+                    lora_scale=self.lora_scale, lora_path=self.lora_path, numa=self.numa,
+                    chat_format=self.chat_format, chat_handler=self.chat_handler, draft_model=self.draft_model,
+                    type_k=cp.type_k, type_v=cp.type_v, spm_infill=self.spm_infill, verbose=self.verbose,
+                    n_seq_max=self.n_seq_max if self._batched else None,
+                    prefix_cache=getattr(self, "prefix_cache", True))
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: Optional[str] = None, **kwargs) -> "Llama":
@@ -602,5 +712,6 @@ class Llama:
                                   "pass a local directory and a file name (glob) instead")
 
 
-__all__ = ["Llama", "LlamaState", "LogitsProcessorList", "StoppingCriteriaList", "MinTokensLogitsProcessor",
+__all__ = ["Llama", "LlamaState", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
+           "StoppingCriteriaList", "MinTokensLogitsProcessor",
            "LlamaGrammar", "LlamaTokenizer", "BaseLlamaTokenizer", "LLAMA_DEFAULT_SEED"]

@@ -4,7 +4,8 @@ function-calling handlers (chatml-function-calling, functionary, functionary-v1 
 _chat_tools), register_chat_format / register_chat_completion_handler / get_chat_completion_handler, and the
 guess of a format from GGUF metadata. A handler renders the conversation, tokenizes it as llama-cpp-python does
 and runs Llama.create_completion; tools: a forced tool's arguments are sampled under its JSON schema's grammar
-(llama_grammar.LlamaGrammar.from_json_schema). Not here: the multimodal (llava / mtmd) handlers."""
+(llama_grammar.LlamaGrammar.from_json_schema). The multimodal (llava / mtmd) handler classes exist and raise
+NotImplementedError."""
 from __future__ import annotations
 
 import json
@@ -240,6 +241,43 @@ def hf_tokenizer_config_to_chat_completion_handler(tokenizer_config: Dict[str, A
         hf_tokenizer_config_to_chat_formatter(tokenizer_config, add_generation_prompt=add_generation_prompt))
 
 
+# ---- llama-cpp-python's private format helpers (some third-party formats call them) ------------------------------
+def _get_system_message(messages) -> str:
+    return _formats.system_text(messages)
+
+
+def _map_roles(messages, role_map):
+    return _formats.turns(messages, role_map)
+
+
+def _format_llama2(system_message, messages, sep, sep2) -> str:
+    return _formats.join_llama2(system_message, messages, sep, sep2)
+
+
+def _format_add_colon_single(system_message, messages, sep) -> str:
+    return _formats.join_colon(system_message, messages, sep)
+
+
+def _format_add_colon_two(system_message, messages, sep, sep2) -> str:
+    return _formats.join_colon(system_message, messages, sep, sep2)
+
+
+def _format_no_colon_single(system_message, messages, sep) -> str:
+    return _formats.join_plain(system_message, messages, sep)
+
+
+def _format_add_colon_space_single(system_message, messages, sep) -> str:
+    return _formats.join_colon(system_message, messages, sep, open_end=": ")
+
+
+def _format_chatml(system_message, messages, sep) -> str:
+    return _formats.join_lines(system_message, messages, sep)
+
+
+def _format_chatglm3(system_message, messages, sep) -> str:
+    return _formats.join_glm(system_message, messages)
+
+
 # ---- the registered formats ---------------------------------------------------------------------------------------
 for _name, _f in list(_formats.FORMATTERS.items()):
     register_chat_format(_name)(_f)
@@ -276,6 +314,59 @@ register_chat_completion_handler("functionary")(functionary_chat_handler)
 register_chat_completion_handler("functionary-v1")(functionary_v1_v2_chat_handler)
 register_chat_completion_handler("functionary-v2")(functionary_v1_v2_chat_handler)
 register_chat_completion_handler("chatml-function-calling")(chatml_function_calling)
+
+# ---- multimodal handlers: not in ubatch (no vision encoder) ------------------------------------------------------
+class _Multimodal:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__}: multimodal (image) chat handlers are not implemented in "
+                                  f"ubatch.llama_cpp (no vision encoder)")
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any):
+        cls()
+
+
+class Llava15ChatHandler(_Multimodal):
+    pass
+
+
+class MTMDChatHandler(_Multimodal):
+    pass
+
+
+class Gemma4ChatHandler(MTMDChatHandler):
+    pass
+
+
+class ObsidianChatHandler(Llava15ChatHandler):
+    pass
+
+
+class MoondreamChatHandler(Llava15ChatHandler):
+    pass
+
+
+class Llava16ChatHandler(Llava15ChatHandler):
+    pass
+
+
+class NanoLlavaChatHandler(Llava15ChatHandler):
+    pass
+
+
+class Llama3VisionAlphaChatHandler(Llava15ChatHandler):
+    pass
+
+
+class MiniCPMv26ChatHandler(Llava15ChatHandler):
+    pass
+
+
+class Qwen25VLChatHandler(Llava15ChatHandler):
+    pass
+
+
+Llama3VisionAlpha = Llama3VisionAlphaChatHandler
 
 __all__ = ["ChatFormatter", "ChatFormatterResponse", "Jinja2ChatFormatter", "LlamaChatCompletionHandler",
            "LlamaChatCompletionHandlerNotFoundException", "LlamaChatCompletionHandlerRegistry",

@@ -8,6 +8,8 @@ import ctypes
 import os  # noqa: F401  (llama_cpp.os, as in llama-cpp-python)
 import pathlib  # noqa: F401
 import warnings  # noqa: F401
+from ctypes import byref  # noqa: F401  (llama_cpp.byref, as in llama-cpp-python)
+from typing import TYPE_CHECKING, Callable, NewType, Optional, Union  # noqa: F401
 
 import ubatch._native as _native_ext
 from ubatch.llama_cpp._constants import *  # noqa: F401,F403
@@ -18,6 +20,8 @@ from ubatch.llama_cpp._batch import *  # noqa: F401,F403
 from ubatch.llama_cpp._sampling import *  # noqa: F401,F403
 from ubatch.llama_cpp._deprecated import *  # noqa: F401,F403
 from ubatch.llama_cpp._missing import *  # noqa: F401,F403
+from ubatch.llama_cpp._state_api import *  # noqa: F401,F403
+from ubatch.llama_cpp._extra_api import *  # noqa: F401,F403
 from ubatch.llama_cpp._core import llama_backend_init  # noqa: F401  (accepts the old numa argument)
 
 _lib_base_name = "ubatch._native"

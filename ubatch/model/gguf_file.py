@@ -33,6 +33,7 @@ _OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ
 _SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
             11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
+MAX_ARRAY_DEPTH = 16      # arrays of arrays nested deeper are refused (no model uses more than 2)
 
 
 class GGUFError(ValueError):
@@ -98,7 +99,7 @@ class _Cursor:
         except UnicodeDecodeError:
             return s.decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, key: str) -> Any:
+    def value(self, vtype: int, key: str, depth: int = 0) -> Any:
         if vtype in _SCALARS:
             dt = np.dtype(_SCALARS[vtype])
             self.need(dt.itemsize, key)
@@ -108,7 +109,15 @@ class _Cursor:
         if vtype == _STRING:
             return self.string(key)
         if vtype == _ARRAY:
+            if depth >= MAX_ARRAY_DEPTH:
+                raise GGUFError(f"{self.path}: metadata key {key!r} nests arrays deeper than {MAX_ARRAY_DEPTH}")
             etype, count = self.unpack("<IQ", key)
+            # every element takes at least its minimal encoding: a count the rest of the file cannot hold is
+            # refused before anything is allocated
+            least = np.dtype(_SCALARS[etype]).itemsize if etype in _SCALARS else 8 if etype == _STRING else 12
+            if count * least > len(self.buf) - self.off:
+                raise GGUFError(f"{self.path}: metadata key {key!r}: array of {count} elements does not fit in the "
+                                f"{len(self.buf) - self.off} bytes left in the file (offset {self.off})")
             if etype in _SCALARS:
                 dt = np.dtype(_SCALARS[etype])
                 self.need(count * dt.itemsize, key)
@@ -121,7 +130,7 @@ class _Cursor:
                     out.append(self.string(key))
                 return out
             if etype == _ARRAY:
-                return [self.value(_ARRAY, key) for _ in range(count)]
+                return [self.value(_ARRAY, key, depth + 1) for _ in range(count)]
             raise GGUFError(f"{self.path}: metadata key {key!r} is an array of unknown value type {etype}")
         raise GGUFError(f"{self.path}: metadata key {key!r} has unknown value type {vtype}")
 
@@ -147,8 +156,10 @@ class GGUFFile:
         if self.version not in (2, 3):
             raise GGUFError(f"{self.path}: unsupported GGUF version {self.version} (supported: 2, 3)")
         n_tensors, n_kv = cur.unpack("<QQ", "tensor/kv counts")
-        if n_tensors > self.size or n_kv > self.size:
-            raise GGUFError(f"{self.path}: corrupt header (tensor_count {n_tensors}, kv_count {n_kv})")
+        # a key/value pair takes at least 12 bytes, a tensor record 32: counts the file cannot hold are corrupt
+        if n_tensors * 32 + n_kv * 12 > self.size - cur.off:
+            raise GGUFError(f"{self.path}: corrupt header (tensor_count {n_tensors}, kv_count {n_kv} do not fit in "
+                            f"a file of {self.size} bytes)")
         self.metadata: Dict[str, Any] = {}
         for i in range(n_kv):
             key = cur.string(f"metadata key #{i}")
@@ -163,7 +174,10 @@ class GGUFFile:
             ne = tuple(int(cur.unpack("<Q", f"tensor {name!r}")) for _ in range(n_dims))
             gtype, off = cur.unpack("<IQ", f"tensor {name!r}")
             raw.append((name, ne, gtype, off))
-        align = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        align = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if isinstance(align, bool) or not isinstance(align, int):
+            raise GGUFError(f"{self.path}: general.alignment must be an unsigned integer, got "
+                            f"{type(align).__name__}")
         if align <= 0 or align & (align - 1):
             raise GGUFError(f"{self.path}: general.alignment = {align} is not a power of two")
         data_start = (cur.off + align - 1) // align * align
@@ -175,6 +189,9 @@ class GGUFFile:
                 raise GGUFError(f"{self.path}: tensor {name!r} has unsupported type {type_name(gtype)} "
                                 f"(supported: {', '.join(t[0] for t in GGML_TYPES.values())})")
             tname, bs, ts = GGML_TYPES[gtype]
+            if off % align:
+                raise GGUFError(f"{self.path}: tensor {name!r} has offset {off}, not a multiple of the alignment "
+                                f"{align}")
             if any(d <= 0 for d in ne) or ne[0] % bs:
                 raise GGUFError(f"{self.path}: tensor {name!r} of type {tname} has dims {list(ne)}: ne[0] must be "
                                 f"a positive multiple of the block size {bs}")

@@ -70,17 +70,53 @@ class _Keys:
         key = f"{self.arch}.{suffix}"
         v = self.f.metadata.get(key, default)
         if isinstance(v, (np.ndarray, list)):
+            if isinstance(v, list) or v.dtype.kind not in "iu":
+                raise GGUFError(f"{self.f.path}: {key} must be an integer or an array of integers")
             vals = sorted(set(int(x) for x in v))
             if len(v) != n_layer or len(vals) != 1:
                 raise GGUFError(f"{self.f.path}: {key} varies per layer ({list(v)[:8]}...), not supported")
-            return vals[0]
-        return int(v)
+            return _int(self.f, key, vals[0], 0)
+        return _int(self.f, key, v, 0)
 
 
-def _int(f: GGUFFile, key: str, v: Any, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
-        raise GGUFError(f"{f.path}: {key} = {v!r} must be an integer >= {lo}")
+INT_MAX = 2**31 - 1
+
+
+def _show(v: Any) -> str:
+    r = repr(v.tolist() if isinstance(v, np.ndarray) else v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _int(f: GGUFFile, key: str, v: Any, lo: int = 1, hi: int = INT_MAX) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+        raise GGUFError(f"{f.path}: {key} = {_show(v)} must be an integer in [{lo}, {hi}]")
     return int(v)
+
+
+def _float(f: GGUFFile, key: str, v: Any, *, positive: bool = True) -> float:
+    """A finite number (> 0, or >= 0 with positive=False) that stays so as a float32 (the kernels' type)."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
+    if ok:
+        x = float(v)
+        x32 = float(np.float32(x)) if math.isfinite(x) and abs(x) < 3.4e38 else math.inf
+        ok = math.isfinite(x32) and (x32 > 0 if positive else x32 >= 0)
+    if not ok:
+        raise GGUFError(f"{f.path}: {key} = {_show(v)} must be a finite number {'> 0' if positive else '>= 0'}")
+    return x
+
+
+def check_hparams(f: GGUFFile, hp: "HParams") -> None:
+    """What the kernels would refuse at the first decode, refused at load naming the key."""
+    a = hp.arch
+    _float(f, f"{a}.attention.layer_norm_rms_epsilon", hp.rms_eps)
+    _float(f, f"{a}.rope.freq_base", hp.rope_freq_base)
+    _float(f, f"{a}.rope.scaling.factor", hp.rope_freq_scale)
+    if hp.n_swa:
+        _int(f, f"{a}.attention.sliding_window", hp.n_swa, 0)
+        _float(f, f"{a}.rope.freq_base_swa", hp.rope_freq_base_swa)
+    _float(f, f"{a}.final_logit_softcapping", hp.final_logit_softcap, positive=False)
+    if hp.n_rot % 2:
+        raise GGUFError(f"{f.path}: {a}.rope.dimension_count = {hp.n_rot} must be even")
 
 
 def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
@@ -88,8 +124,10 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
     k = _Keys(f, arch)
     n_embd = _int(f, f"{arch}.embedding_length", k.req("embedding_length"))
     n_layer = _int(f, f"{arch}.block_count", k.req("block_count"))
+    if n_layer > max(len(f.tensors), 1024):   # every layer has tensors: a count the file cannot hold is corrupt
+        raise GGUFError(f"{f.path}: {arch}.block_count = {n_layer} exceeds the {len(f.tensors)} tensors of the file")
     n_ctx_train = _int(f, f"{arch}.context_length", k.req("context_length"))
-    if int(k.get("expert_count", 0) or 0) > 0:
+    if _int(f, f"{arch}.expert_count", k.get("expert_count", 0), 0) > 0:
         raise GGUFError(f"{f.path}: {arch}.expert_count > 0: mixture-of-experts models are not supported")
     n_head = k.scalar_per_layer("attention.head_count", n_layer, 0)
     if n_head <= 0:
@@ -108,21 +146,26 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
     n_rot = _int(f, f"{arch}.rope.dimension_count", k.get("rope.dimension_count", head_k))
     if n_rot != head_k:
         raise GGUFError(f"{f.path}: invalid n_rot: {n_rot}, expected {head_k}")
-    eps = float(k.req("attention.layer_norm_rms_epsilon"))
+    eps = _float(f, f"{arch}.attention.layer_norm_rms_epsilon", k.req("attention.layer_norm_rms_epsilon"))
     scaling = k.get("rope.scaling.type", "linear")
-    if scaling not in ("none", "linear"):
+    if not isinstance(scaling, str) or scaling not in ("none", "linear"):
         raise GGUFError(f"{f.path}: {arch}.rope.scaling.type = {scaling!r} is not supported (none, linear)")
-    factor = k.get("rope.scaling.factor", k.get("rope.scale_linear", 0.0)) or 0.0
-    freq_scale = 1.0 if (not factor or scaling == "none") else 1.0 / float(factor)
-    freq_base = float(k.get("rope.freq_base", 10000.0))
-    if not freq_base > 0:
-        raise GGUFError(f"{f.path}: {arch}.rope.freq_base = {freq_base} must be > 0")
+    fkey = f"{arch}.rope.scaling.factor" if f"{arch}.rope.scaling.factor" in f.metadata else f"{arch}.rope.scale_linear"
+    factor = f.metadata.get(fkey, 0.0)
+    if isinstance(factor, (int, float, np.number)) and not isinstance(factor, bool) and factor == 0:
+        factor = 0.0
+    else:
+        factor = _float(f, fkey, factor)
+    freq_scale = 1.0 if (not factor or scaling == "none") else 1.0 / factor
+    freq_base = _float(f, f"{arch}.rope.freq_base", k.get("rope.freq_base", 10000.0))
     toks = f.metadata.get("tokenizer.ggml.tokens")
     if toks is not None and f.metadata.get("tokenizer.ggml.model") != "no_vocab":
         n_vocab = len(toks)
     else:
         n_vocab = k.get("vocab_size")
-        if n_vocab is None:
+        if n_vocab is not None:
+            n_vocab = _int(f, f"{arch}.vocab_size", n_vocab)
+        else:
             emb = f.tensor("token_embd.weight")
             if emb is None:
                 raise GGUFError(f"{f.path}: missing tensor 'token_embd.weight'")
@@ -133,4 +176,4 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
                    swa_layers=tuple([False] * n_layer), kq_scale=1.0 / math.sqrt(head_k))
 
 
-__all__ = ["HParams", "read_hparams", "ROPE_NORM", "ROPE_NEOX"]
+__all__ = ["HParams", "read_hparams", "check_hparams", "ROPE_NORM", "ROPE_NEOX"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from ubatch.model import registry
 from ubatch.model.gguf_file import GGUFError, GGUFFile
-from ubatch.model.hparams import HParams
+from ubatch.model.hparams import HParams, check_hparams
 from ubatch.model.weights import TensorSource
 
 METADATA_ARRAY_MAX = 16   # arrays in m.metadata are cut to their first 16 entries (tokenizer lists excluded)
@@ -44,6 +44,7 @@ class Model:
             raise GGUFError(f"{f.path}: key not found in model: general.architecture")
         mod = registry.get(arch, f.path)
         hp = mod.load_hparams(f)
+        check_hparams(f, hp)
         src = TensorSource(f)
         w = mod.load_weights(src, hp)
         return cls(f, hp, w, mod)

@@ -19,6 +19,14 @@ Files, one job each:
   http_server.py uvicorn with drain-on-SIGTERM and the bound address printed
 """
 from ubatch.server.config import ServerConfig
-from ubatch.server.errors import APIError
 
 __all__ = ["ServerConfig", "APIError"]
+
+
+def __getattr__(name: str):
+    """APIError on first use: it needs starlette (the [server] extra), and `ubatch.server.config` must stay
+    importable without it (the CLI builds `ubatch serve`'s parser from ServerConfig's defaults)."""
+    if name == "APIError":
+        from ubatch.server.errors import APIError
+        return APIError
+    raise AttributeError(f"module 'ubatch.server' has no attribute {name!r}")

@@ -9,9 +9,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import Response
 
 from ubatch.server import auth
 from ubatch.server.errors import APIError
+from ubatch.server.origin import Policy, cors_headers, preflight_headers
 from ubatch.server.routes import ROUTES
 from ubatch.server.state import ServerState
 
@@ -22,12 +24,15 @@ _DURING_DRAIN = ("/health", "/metrics")  # still answered while draining
 
 
 class Gate:
-    """Pure ASGI middleware: every HTTP request is authenticated, refused while draining, and counted by
-    endpoint and final status (streams count as their 200)."""
+    """Pure ASGI middleware: every HTTP request passes the browser policy (Host, Origin, Content-Type:
+    ubatch.server.origin), is authenticated, refused while draining, and counted by endpoint and final status
+    (streams count as their 200)."""
 
     def __init__(self, app, state: ServerState) -> None:
         self.app = app
         self.state = state
+        cfg = state.cfg
+        self.policy = Policy(cfg.host, cfg.allowed_hosts, list(cfg.cors_origins or []))
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -42,8 +47,22 @@ class Gate:
             await send(msg)
 
         try:
+            headers = dict(scope.get("headers") or [])
+            method = scope.get("method", "GET")
+            cors = self.policy.check(method, path, headers)     # Host, Origin, Content-Type (403 / 415)
+            if cors is not None:
+                inner = send_status
+
+                async def send_status(msg) -> None:   # noqa: F811 -- the allowed cross-site origin's headers
+                    if msg["type"] == "http.response.start":
+                        msg = dict(msg, headers=list(msg.get("headers") or []) + cors_headers(cors))
+                    await inner(msg)
+
+                if method == "OPTIONS" and b"access-control-request-method" in headers:
+                    await Response(status_code=204, headers=preflight_headers(cors))(scope, receive, send)
+                    status[0] = 204
+                    return
             if path not in _OPEN:
-                headers = dict(scope.get("headers") or [])
                 authz = headers.get(b"authorization")
                 auth.check(authz.decode("latin-1") if authz is not None else None, self.state.cfg.api_key)
             if self.state.worker.draining and path not in _DURING_DRAIN:
@@ -84,7 +103,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+        return APIError(500, "internal error (see the server log)").response()   # no internal text or paths
 
     app.add_middleware(Gate, state=state)
     return app

@@ -1,8 +1,8 @@
 """ServerConfig: every limit and knob of `ubatch serve`, with the defaults the CLI shows."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 
 @dataclass
@@ -29,7 +29,14 @@ class ServerConfig:
     grace_seconds: float = 10.0            # SIGTERM: how long in-flight requests may finish
     retry_after_seconds: int = 1           # Retry-After of a 429
     chat_template_file: Optional[str] = None   # Jinja chat template replacing the model's (or the fallback)
+    draft: Optional[str] = None            # speculative decoding: "prompt-lookup" or a draft GGUF / model name
+    draft_max: int = 16                    # the longest draft
     chat_format: Optional[str] = None          # a named chat format (ubatch.chat.formats) instead of the model's
+    chat_parse_special: bool = False       # parse special-token text inside message contents (llama.cpp's way)
+    allowed_hosts: Optional[List[str]] = None  # Host names accepted; None: loopback names when bound to loopback
+    cors_origins: List[str] = field(default_factory=list)   # Origins allowed cross-site ("*": any)
+    header_timeout: float = 10.0           # seconds a connection may take to send a request's headers
+    body_timeout: float = 30.0             # seconds a request may take to send its body (408 beyond)
 
     @property
     def served_id(self) -> str:

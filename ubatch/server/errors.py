@@ -9,8 +9,9 @@ from typing import Dict, Optional
 from starlette.responses import JSONResponse
 
 # status -> OpenAI error type
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          413: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 408: "invalid_request_error", 413: "invalid_request_error",
+          415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
           500: "server_error", 503: "server_error"}
 
 

@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from ubatch.server.app import create_app
+from ubatch.server.protocol import guarded_protocol
 from ubatch.server.state import ServerState
 
 
@@ -44,10 +45,12 @@ class UbatchServer(uvicorn.Server):
 def run(state: ServerState, *, log_level: str = "warning") -> int:
     cfg = state.cfg
     app = create_app(state)
+    # no limit_concurrency: it counted open sockets, so idle ones locked everybody out; the header deadline
+    # closes those, the engine worker's bounded queue answers 429 for real load
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=max(0.0, float(cfg.grace_seconds)), lifespan="on",
                             h11_max_incomplete_event_size=64 * 1024,
-                            limit_concurrency=cfg.parallel + cfg.max_queue + 64)
+                            http=guarded_protocol(float(cfg.header_timeout)))
     server = UbatchServer(config, state)
     server.run()
     return 0

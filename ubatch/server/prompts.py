@@ -118,18 +118,22 @@ def chat_messages(messages) -> List[dict]:
     return out
 
 
-def chat_tokens(tokenizer, messages, chat_format, plan=None) -> List[int]:
+def chat_tokens(tokenizer, messages, chat_format, plan=None, *, parse_special: bool = False) -> List[int]:
     """Messages -> the server's chat format (ubatch.chat.resolve, chosen at start-up) -> token ids; with a
     ToolPlan (ubatch.server.tools) the tools are shown to the model and a forced call is opened for it. A
-    format or template refusing the conversation (e.g. role order) is a 400 naming it."""
+    format or template refusing the conversation (e.g. role order) is a 400 naming it (with the template's own
+    message; other exception text stays in the server log). Message contents are tokenized as text: only the
+    format's markup gives special tokens (parse_special=True, `--chat-parse-special`: parsed in the contents
+    too, as llama.cpp's server does)."""
     tok = _need_tokenizer(tokenizer, "messages")
-    from ubatch.chat.resolve import prompt_ids
+    from ubatch.tokenizer.chat_encode import chat_prompt_ids
     msgs = chat_messages(messages)
     if plan is not None:
         chat_format = plan.chat_format(chat_format)
     try:
-        rendered = chat_format(msgs)
+        return chat_prompt_ids(tok, chat_format, msgs, parse_special=parse_special)
     except Exception as e:   # a template may raise on a conversation it does not accept (e.g. role order)
-        raise APIError(400, f"messages: the chat format {chat_format.name!r} refused the conversation: {e}",
-                       param="messages")
-    return prompt_ids(tok, rendered)
+        import jinja2
+        why = f": {e}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
+        raise APIError(400, f"messages: the chat format {getattr(chat_format, 'name', '?')!r} refused the "
+                            f"conversation{why}", param="messages")

@@ -26,7 +26,7 @@ def _state(request: Request) -> ServerState:
 
 async def _body(request: Request, model):
     st = _state(request)
-    req = parse(await read_body(request, st.cfg.max_body_bytes), model)
+    req = parse(await read_body(request, st.cfg.max_body_bytes, st.cfg.body_timeout), model)
     st.check_model(req.model)
     return st, req
 
@@ -99,8 +99,8 @@ def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation,
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     st, req = await _body(request, ChatRequest)
-    plan = tools.check(req.tools, req.tool_choice)
-    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_format, plan)
+    plan = tools.check(req.tools, req.tool_choice, req.parallel_tool_calls, st.tokenizer)
+    prompt = chat_tokens(st.tokenizer, req.messages, st.chat_format, plan, parse_special=st.cfg.chat_parse_special)
     n_top = None
     if req.logprobs:
         n_top = req.top_logprobs or 0
@@ -202,10 +202,14 @@ async def models(request: Request) -> Response:
 async def health(request: Request) -> Response:
     st = _state(request)
     p = st.worker.published
-    body = {"status": "draining" if st.worker.draining else "ok", "model": st.model_id,
+    alive = st.worker.alive()
+    status = "error" if not alive else "draining" if st.worker.draining else "ok"
+    body = {"status": status, "model": st.model_id,
             "running": p.get("running", 0), "waiting": p.get("waiting", 0) + p.get("inbox", 0),
             "kv_cells_used": p.get("kv_cells_used", 0), "inflight": p.get("inflight", 0)}
-    return JSONResponse(body, status_code=503 if st.worker.draining else 200)
+    if not alive:
+        body["error"] = "the engine thread has stopped"
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
 async def metrics(request: Request) -> Response:

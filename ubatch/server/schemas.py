@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_STRICT = ConfigDict(strict=True, extra="ignore")
+_STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)   # JSON's NaN / Infinity: 400
 
 
 class StreamOptions(BaseModel):
@@ -67,7 +67,7 @@ class ChatRequest(_Sampling):
     response_format: Optional[Dict[str, Any]] = None
     tools: Optional[Any] = None                 # checked by ubatch.server.tools (400 naming the field)
     tool_choice: Any = None
-    parallel_tool_calls: Optional[bool] = None   # accepted; several calls are parsed when the model makes them
+    parallel_tool_calls: Optional[bool] = None   # false: only the first call the model makes is returned
 
 
 class EmbeddingRequest(BaseModel):

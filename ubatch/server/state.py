@@ -91,5 +91,5 @@ def build_state(cfg: ServerConfig) -> ServerState:
     model = load_model(cfg.model)
     engine = LLMEngine(model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.parallel,
                        kv_unified=cfg.kv_unified, n_threads=cfg.n_threads, enable_prefix_caching=cfg.prefix_cache,
-                       prefix_cache_max_cells=cfg.prefix_cache_cells)
+                       prefix_cache_max_cells=cfg.prefix_cache_cells, draft=cfg.draft, draft_max=cfg.draft_max)
     return ServerState(cfg, engine, model)

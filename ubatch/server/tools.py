@@ -1,128 +1,37 @@
-"""`tools` / `tool_choice` on /v1/chat/completions: the request checked (400 naming the field), the prompt
-(ubatch.chat.tools: the tools shown to the model, a forced call opened for it), the constraint of a forced
-call's arguments to the tool's JSON schema (when the grammar engine is there), and the answers: OpenAI's
-`tool_calls` message, and its streamed deltas (ubatch.chat.tools.ToolStream)."""
+"""`tools` / `tool_choice` on /v1/chat/completions: the request checked (ubatch.chat.tool_plan; 400 naming the
+field), the sampling of a forced call (its stop, the constraint of its arguments to the tool's JSON schema when
+the grammar engine is there), and the streamed deltas merged per chunk."""
 from __future__ import annotations
 
-import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from ubatch.chat import tools as T
+from ubatch.chat.tool_plan import ToolError, ToolPlan
 from ubatch.server.errors import APIError
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
-
-class ToolPlan:
-    """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
-    suffix that opens the answer for the model, the names a call may use."""
-
-    def __init__(self, tools: Optional[List[dict]], choice: Any) -> None:
-        self.tools = tools if tools and choice != "none" else None
-        self.choice = choice
-        self.forced = T.forced_name(self.tools, choice) if self.tools else None
-        self.required = self.tools is not None and self.forced is None and choice == "required"
-        self.names = T.tool_names(self.tools) if self.tools else []
-        if self.forced is not None:
-            self.prefix = T.forced_prefix(self.forced)
-        elif self.required:
-            self.prefix = T.OPEN + "\n"
-        else:
-            self.prefix = ""
-
-    @property
-    def active(self) -> bool:
-        return self.tools is not None
-
-    def chat_format(self, chat_format):
-        """The server's chat format showing these tools (and opening a forced call), or itself without tools."""
-        return T.WithTools(chat_format, self.tools, self.choice, self.prefix) if self.active else chat_format
-
-    def schema(self) -> Optional[Dict[str, Any]]:
-        return T.arguments_schema(self.tools, self.forced) if self.forced is not None else None
-
-    # ---- answers ------------------------------------------------------------------------------------------
-    def message(self, text: str, finish_reason: Optional[str]) -> Tuple[dict, Optional[str]]:
-        """The assistant message of a generated text and the choice's finish_reason."""
-        if self.forced is not None:
-            calls = [{"name": self.forced, "arguments": T.forced_arguments(text)}]
-            content = None
-        else:
-            content, calls = T.parse(self.prefix + text, self.names)
-        if not calls:
-            return {"role": "assistant", "content": content or ""}, finish_reason
-        msg = {"role": "assistant", "content": content,
-               "tool_calls": [{"id": T.new_call_id(), "type": "function",
-                               "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}
-        return msg, ("length" if finish_reason == "length" else "tool_calls")
-
-    def stream(self) -> "T.ToolStream":
-        ts = T.ToolStream(self.names, self.forced)
-        if self.required:
-            ts.feed(self.prefix)
-        return ts
-
-
-def _bad(msg: str, param: str) -> APIError:
-    return APIError(400, msg, param=param)
-
-
-def check(tools: Any, tool_choice: Any) -> ToolPlan:
-    """OpenAI's rules: each tool {"type": "function", "function": {"name", "description"?, "parameters"?}},
-    unique names of [A-Za-z0-9_-]{1,64}; tool_choice "none" | "auto" | "required" | {"type": "function",
-    "function": {"name"}} naming a given tool (and only with tools)."""
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise _bad("tools: expected a list of tools", "tools")
-        seen = set()
-        for i, t in enumerate(tools):
-            where = f"tools.{i}"
-            if not isinstance(t, dict) or t.get("type") != "function":
-                raise _bad(f"{where}: a tool must be {{\"type\": \"function\", \"function\": {{...}}}}", where)
-            f = t.get("function")
-            if not isinstance(f, dict):
-                raise _bad(f"{where}.function: expected an object with a name", f"{where}.function")
-            name = f.get("name")
-            if not isinstance(name, str) or not _NAME.match(name):
-                raise _bad(f"{where}.function.name: a function name is 1 to 64 letters, digits, '_' or '-', "
-                           f"got {name!r}", f"{where}.function.name")
-            if name in seen:
-                raise _bad(f"{where}.function.name: {name!r} is given twice", f"{where}.function.name")
-            seen.add(name)
-            if "parameters" in f and not isinstance(f["parameters"], dict):
-                raise _bad(f"{where}.function.parameters: expected a JSON schema object",
-                           f"{where}.function.parameters")
-            if "description" in f and not isinstance(f["description"], str):
-                raise _bad(f"{where}.function.description: expected a string", f"{where}.function.description")
-        if not tools:
-            tools = None
-    if tool_choice is None:
-        tool_choice = "auto" if tools else "none"
-    elif isinstance(tool_choice, str):
-        if tool_choice not in ("none", "auto", "required"):
-            raise _bad(f"tool_choice: expected 'none', 'auto', 'required' or a function, got {tool_choice!r}",
-                       "tool_choice")
-        if tool_choice != "none" and not tools:
-            raise _bad(f"tool_choice: {tool_choice!r} needs tools", "tool_choice")
-    elif isinstance(tool_choice, dict):
-        f = tool_choice.get("function")
-        if tool_choice.get("type") != "function" or not isinstance(f, dict) or not isinstance(f.get("name"), str):
-            raise _bad("tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice")
-        if not tools or f["name"] not in {t["function"]["name"] for t in tools}:
-            raise _bad(f"tool_choice: no tool named {f['name']!r} in tools", "tool_choice")
-    else:
-        raise _bad(f"tool_choice: expected a string or an object, got {type(tool_choice).__name__}", "tool_choice")
-    return ToolPlan(tools, tool_choice)
+def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None,
+          tokenizer=None) -> ToolPlan:
+    """ubatch.chat.tool_plan.check, its errors as 400s naming the field (a forced call constrained when the
+    engine can for this tokenizer)."""
+    from ubatch.chat.tool_plan import check as _check, engine_constrains
+    try:
+        return _check(tools, tool_choice, parallel_tool_calls, engine_constrains(tokenizer))
+    except ToolError as e:
+        raise APIError(400, str(e), param=e.param) from None
 
 
 def constrain(params, plan: ToolPlan):
-    """A forced call's arguments sampled under its tool's JSON schema, when the engine takes a json_schema
-    (the grammar engine); else the params unchanged (the opened answer steers the model)."""
-    schema = plan.schema()
-    if schema is None or not hasattr(params, "json_schema"):
-        return params
+    """A forced call ends with its </tool_call> (a hidden stop string: one call is asked for); its arguments
+    are sampled under the tool's JSON schema when the engine takes a json_schema (the grammar engine), else
+    the opened answer steers the model."""
     import dataclasses
-    return dataclasses.replace(params, json_schema=schema)
+    if plan.forced is None:
+        return params
+    params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
+    if plan.constrained:
+        params = dataclasses.replace(params, json_schema=plan.schema())
+    return params
 
 
 def merge_deltas(deltas: List[dict]) -> dict:

@@ -1,10 +1,11 @@
 """Request bodies in: size limit, JSON parsing and schema validation, each failure an APIError naming the
 field. Malformed JSON or a body that is not an object -> 400; wrong types / missing or out-of-range fields ->
-422; a body larger than the limit -> 413."""
+422; a body larger than the limit -> 413; a body that does not arrive within the body timeout -> 408."""
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Type, TypeVar
+from typing import Optional, Type, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -14,8 +15,19 @@ from ubatch.server.errors import APIError
 M = TypeVar("M", bound=BaseModel)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused with 413 as soon as it exceeds `limit` bytes (Content-Length or streamed)."""
+async def read_body(request: Request, limit: int, timeout: Optional[float] = None) -> bytes:
+    """The raw body, refused with 413 as soon as it exceeds `limit` bytes (Content-Length or streamed), and with
+    408 when it has not fully arrived `timeout` seconds after its head (a trickling client)."""
+    if timeout is None:
+        return await _read_body(request, limit)
+    try:
+        return await asyncio.wait_for(_read_body(request, limit), timeout)
+    except asyncio.TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout:g} s", param="body",
+                       code="body_timeout", headers={"Connection": "close"})
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -56,5 +68,8 @@ def parse(raw: bytes, model: Type[M]) -> M:
     except ValidationError as e:
         err = e.errors()[0]
         param = _param(err.get("loc"))
+        if err.get("type") == "finite_number":           # NaN / Infinity (Python's json accepts them)
+            raise APIError(400, f"{param}: must be a finite number, got {err.get('input')!r}", param=param,
+                           code="invalid_value")
         raise APIError(422, f"{param}: {err.get('msg')}", param=param, code="invalid_type"
                        if "type" in str(err.get("type")) else "invalid_value")

@@ -7,7 +7,8 @@ abort_request: an aborted sequence's KV cells are freed before the next step), r
 jobs, then one `step()` (one token of every generating sequence plus prompt chunks), and posts each
 request's progress back to the event loop with one call_soon_threadsafe per step. A step that raises fails
 the requests that had a sequence in it (500; those still queued in the engine go on) and the loop goes on;
-the server stays up."""
+the server stays up. Should the thread itself die (an exception no handler catches), every request it held
+fails at once with 503 `engine_dead`, later ones are refused the same way and /health reports it."""
 from __future__ import annotations
 
 import asyncio
@@ -87,8 +88,10 @@ class EngineWorker:
         self._cancels: List[str] = []
         self._inflight = 0
         self._live: Dict[str, _Job] = {}           # engine thread only
+        self._in_hand: List[_Job] = []             # engine thread only: the submissions of the current round
         self._stop = False
         self.draining = False
+        self.dead: Optional[str] = None            # why the engine thread stopped unexpectedly (None: it did not)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
@@ -105,6 +108,9 @@ class EngineWorker:
         h = Handle(f"{kind}-{next(self._ids)}-{time.monotonic_ns() % 10**9}", kind, events, tag)
         h.field = field
         with self._lock:
+            if self.dead is not None or not self.alive():
+                raise APIError(503, "the engine thread has stopped; the server cannot generate (see /health)",
+                               code="engine_dead")
             if self._stop or self.draining:
                 raise APIError(503, "the server is shutting down and accepts no new requests",
                                code="shutting_down", headers={"Retry-After": str(self.retry_after)})
@@ -132,6 +138,13 @@ class EngineWorker:
         with self._lock:
             self._cancels.append(handle.rid)
             self._lock.notify()
+
+    def alive(self) -> bool:
+        """False once the engine thread was started and is gone without being asked to stop."""
+        if self.dead is not None:
+            return False
+        t = self._thread
+        return t is None or t.is_alive() or self._stop
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -161,6 +174,30 @@ class EngineWorker:
             self._inflight -= n
 
     def _run(self) -> None:
+        try:
+            self._loop_forever()
+        except BaseException as e:   # the engine thread must not vanish silently: fail everything, refuse more
+            log.critical("the engine thread died: %s\n%s", e, traceback.format_exc())
+            self._die(e)
+
+    def _die(self, exc: BaseException) -> None:
+        err = APIError(503, "the engine thread has stopped; the server cannot generate (see /health)",
+                       code="engine_dead")
+        with self._lock:
+            self.dead = type(exc).__name__
+            inbox, self._inbox = self._inbox, []
+            self._cancels = []
+        held = [j for j in self._in_hand if j.handle.rid not in self._live]   # taken, not yet in the engine
+        posts = [(job.handle, ("error", err)) for job in inbox + held]
+        posts += [(job.handle, ("error", err)) for job in self._live.values()]
+        self._in_hand = []
+        self._live.clear()
+        with self._lock:
+            self._inflight = 0
+        self.metrics.event("step_failures")
+        self._post(posts)
+
+    def _loop_forever(self) -> None:
         eng = self.engine
         while True:
             with self._lock:
@@ -169,6 +206,7 @@ class EngineWorker:
                 inbox, self._inbox = self._inbox, []
                 cancels, self._cancels = self._cancels, []
                 stopping = self._stop
+            self._in_hand = inbox
             posts: List[Tuple[Handle, tuple]] = []
             if stopping:
                 self._shutdown(inbox, posts)
@@ -219,7 +257,8 @@ class EngineWorker:
             return
         except Exception as e:
             log.exception("add_request failed")
-            posts.append((h, ("error", APIError(500, f"the engine refused the request: {e}"))))
+            posts.append((h, ("error", APIError(500, "the engine could not take the request (internal error; "
+                                                     "see the server log)"))))
             self._release()
             return
         self._live[h.rid] = job
@@ -237,7 +276,8 @@ class EngineWorker:
             posts.append((job.handle, ("error", APIError(400, str(e), param="input"))))
         except Exception as e:
             log.exception("embedding failed")
-            posts.append((job.handle, ("error", APIError(500, f"embedding failed: {e}"))))
+            posts.append((job.handle, ("error", APIError(500, "embedding failed (internal error; see the server "
+                                                              "log)"))))
         finally:
             self._release()
 
@@ -275,7 +315,7 @@ class EngineWorker:
         self.metrics.event("step_failures")
         log.error("engine step failed: %s\n%s", exc, traceback.format_exc())
         queued = self._waiting_ids()
-        err = APIError(500, f"decoding failed: {type(exc).__name__}: {exc}", code="decode_failed")
+        err = APIError(500, "decoding failed (internal error; see the server log)", code="decode_failed")
         for rid, job in list(self._live.items()):
             if rid in queued:
                 continue

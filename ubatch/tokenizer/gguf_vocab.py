@@ -116,6 +116,10 @@ class GGUFMetadata:
             elif t == T_ARR:
                 et, off = self._scalar(off, T_U32, f"the element type of {key}")
                 cnt, off = self._scalar(off, T_U64, f"the length of {key}")
+                least = 8 if et == T_STR else np.dtype(_NP[et]).itemsize if et in _NP else 0
+                if cnt * least > len(self.buf) - off:
+                    raise TokenizerError(f"{self.path}: {key}: array of {cnt} elements does not fit in the "
+                                         f"{len(self.buf) - off} bytes left in the file")
                 if et == T_STR:
                     raw = ffi.from_buffer("uint8_t[]", self.buf)
                     try:

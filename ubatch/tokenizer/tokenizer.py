@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -139,13 +139,16 @@ class Tokenizer:
         """llama_tokenize(vocab, text, add_special, parse_special). `str` is encoded as UTF-8 (a lone surrogate
         is an error); `bytes` must be valid UTF-8 unless strict_utf8=False, which tokenizes any bytes as
         llama.cpp does."""
-        data = _utf8(text, strict_utf8)
+        return self._encode(_utf8(text, strict_utf8), add_special, parse_special, ffi.NULL)
+
+    def _encode(self, data: bytes, add_special: bool, parse_special: bool, protect) -> List[int]:
+        """ub_tok_encode_protected on UTF-8 bytes (protect: bytes of the same length, or ffi.NULL)."""
         err = ffi.new("char[]", 512)
         cap = len(data) + 16           # tokens <= bytes almost always; else one exact retry
         for _ in range(2):
             out = np.empty(cap, dtype=np.int32)
-            n = lib.ub_tok_encode(self._h, data, len(data), int(bool(add_special)), int(bool(parse_special)),
-                                  ffi.from_buffer("int32_t[]", out), cap, err, len(err))
+            n = lib.ub_tok_encode_protected(self._h, data, len(data), int(bool(add_special)), int(bool(parse_special)),
+                                            protect, ffi.from_buffer("int32_t[]", out), cap, err, len(err))
             if n < 0:
                 raise TokenizerError(ffi.string(err).decode("utf-8", "replace"))
             if n <= cap:
@@ -157,6 +160,15 @@ class Tokenizer:
         raise TokenizerError("tokenize: output size changed between calls")  # pragma: no cover
 
     tokenize = encode
+
+    def encode_segments(self, segments: Sequence[Tuple[str, bool]], *, add_special: bool = True) -> List[int]:
+        """Tokenizes the concatenation of segments (text, is_text) with special tokens parsed only where
+        is_text is False: a control token written inside an is_text segment (chat message content) stays text.
+        Fragments run across segment boundaries, so the ids equal encode(joined, parse_special=True) whenever
+        the is_text segments contain no control-token text."""
+        parts = [_utf8(t, True) for t, _ in segments]
+        protect = b"".join((b"\x01" if is_text else b"\x00") * len(b) for b, (_, is_text) in zip(parts, segments))
+        return self._encode(b"".join(parts), add_special, True, protect)
 
     def _warn_double(self, ids: List[int]) -> None:
         """llama.cpp's double-BOS / double-EOS warnings (the latter for BPE only), as log warnings."""

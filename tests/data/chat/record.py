@@ -85,6 +85,8 @@ def record_jinja():
         md = {} if tpl is None else {"tokenizer.chat_template": tpl}
         out["guess"][tname] = F.guess_chat_format_from_gguf_metadata(md)
     out["constants"] = {k: getattr(F, k) for k in dir(F) if k.endswith(("_CHAT_TEMPLATE", "_BOS_TOKEN", "_EOS_TOKEN"))}
+    out["names"] = sorted(k for k, v in vars(F).items() if not k.startswith("__")
+                          and (getattr(v, "__module__", None) == F.__name__ or k in out["constants"]))
     return out
 
 
@@ -102,9 +104,8 @@ def record_handlers():
         for cname, (kw, texts) in cases.items():
             name = f"functionary-{'v1' if v1 else 'v2'}|{cname}"
             out[name] = run_handler(h, kw, texts, hf_template=C.FUNCTIONARY_HF_TEMPLATE, v1=v1)
-            if not v1:
-                out[name + "|stream"] = run_handler(h, kw, texts, stream=True,
-                                                    hf_template=C.FUNCTIONARY_HF_TEMPLATE)
+            out[name + "|stream"] = run_handler(h, kw, texts, stream=True, hf_template=C.FUNCTIONARY_HF_TEMPLATE,
+                                                v1=v1)
     # a registered format's handler (chatml) with a forced tool, legacy functions, response_format
     h = F.get_chat_completion_handler("chatml")
     forced = {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,

@@ -7,6 +7,9 @@ import warnings
 N_CTX, MAX_TOKENS = 512, 12
 COMPLETION, COUNTING = "The capital of France is", "Count: one, two,"
 HELLO = [{"role": "user", "content": "Say hello"}]
+# LangChain's LlamaCpp / ChatLlamaCpp pass their own RoPE defaults to Llama (rope_freq_base 10000, scale 1), which
+# llama-cpp-python applies (and ubatch.llama_cpp too): their greedy tokens are those of that RoPE, not the model's
+ROPES = {"default": {}, "langchain": {"rope_freq_base": 10000.0, "rope_freq_scale": 1.0}}
 CASES = {
     "gemma3-270m": {"prompts": [COMPLETION, COUNTING], "chats": []},
     "qwen2.5-0.5b": {"prompts": [COMPLETION, COUNTING], "chats": [HELLO]},

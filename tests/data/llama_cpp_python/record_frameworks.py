@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from frameworks_cases import CASES, MAX_TOKENS, N_CTX, llamaindex_chat_prompt, run_frameworks  # noqa: E402
+from frameworks_cases import (CASES, COMPLETION, COUNTING, HELLO, MAX_TOKENS, N_CTX, ROPES,  # noqa: E402
+                              llamaindex_chat_prompt, run_frameworks)
 
 warnings.simplefilter("ignore")
 
@@ -40,6 +41,23 @@ def greedy_with_margins(llm, tokens, lib=None):
     return out, margins
 
 
+def greedy_prompts(llm, name):
+    """(label, prompt tokens) of every greedy prompt the framework calls decode: the completions, LlamaIndex's
+    chat prompt, the GGUF chat template's rendering of HELLO (models with a template)."""
+    import llama_cpp.llama_chat_format as cf
+    out = [("completion", llm.tokenize(COMPLETION.encode("utf-8"), special=True)),
+           ("counting", llm.tokenize(COUNTING.encode("utf-8"), special=True)),
+           ("llamaindex_chat", llm.tokenize(llamaindex_chat_prompt().encode("utf-8"), special=True))]
+    if CASES[name]["chats"]:
+        eos, bos = llm.token_eos(), llm.token_bos()
+        fmt = cf.Jinja2ChatFormatter(template=llm.metadata["tokenizer.chat_template"], stop_token_ids=[eos],
+                                     eos_token=llm._model.token_get_text(eos),
+                                     bos_token=llm._model.token_get_text(bos) if bos != -1 else "")
+        res = fmt(messages=HELLO)
+        out.append(("chat", llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True)))
+    return out
+
+
 def main() -> None:
     import llama_cpp
     import llama_cpp.llama_chat_format
@@ -48,23 +66,14 @@ def main() -> None:
     for name in CASES:
         path = str(fetch.path(name))
         rec = {"frameworks": run_frameworks(path, chat=bool(CASES[name]["chats"]))}
-        llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False)
-        greedy = []
-        for prompt in CASES[name]["prompts"] + [llamaindex_chat_prompt()]:
-            toks = llm.tokenize(prompt.encode("utf-8"), special=True)
-            out, m = greedy_with_margins(llm, toks)
-            greedy.append({"prompt": prompt, "prompt_tokens": toks, "tokens": out, "margins": m})
-        for messages in CASES[name]["chats"]:
-            eos, bos = llm.token_eos(), llm.token_bos()
-            fmt = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
-                template=llm.metadata["tokenizer.chat_template"], stop_token_ids=[eos],
-                eos_token=llm._model.token_get_text(eos), bos_token=llm._model.token_get_text(bos) if bos != -1 else "")
-            res = fmt(messages=messages)
-            toks = llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True)
-            out, m = greedy_with_margins(llm, toks)
-            greedy.append({"messages": messages, "prompt_tokens": toks, "tokens": out, "margins": m})
+        greedy = {}
+        for rope, kw in ROPES.items():
+            llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, verbose=False, **kw)
+            for label, toks in greedy_prompts(llm, name):
+                out, m = greedy_with_margins(llm, toks)
+                greedy[f"{rope}:{label}"] = {"prompt_tokens": toks, "tokens": out, "margins": m}
+            llm.close()
         rec["greedy"] = greedy
-        llm.close()
         result[name] = rec
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "frameworks.json"), "w") as f:
         json.dump(result, f, indent=1)

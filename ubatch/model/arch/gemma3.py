@@ -13,7 +13,7 @@ import numpy as np
 from ubatch.compute import fused, kernels
 from ubatch.model import ops
 from ubatch.model.gguf_file import GGUFError, GGUFFile
-from ubatch.model.hparams import ROPE_NEOX, HParams, read_hparams
+from ubatch.model.hparams import ROPE_NEOX, HParams, _float, _int, read_hparams
 from ubatch.model.weights import TensorSource, Weight
 
 NAME = "gemma3"
@@ -58,22 +58,24 @@ def swa_pattern(f: GGUFFile, n_layer: int) -> tuple:
         if len(v) != n_layer:
             raise GGUFError(f"{f.path}: {key} has {len(v)} entries, block_count is {n_layer}")
         return tuple(bool(b) for b in v)
-    n = DEFAULT_SWA_PATTERN if v is None else int(v)
+    n = DEFAULT_SWA_PATTERN if v is None else _int(f, key, v, 0)
     return tuple((n == 0) or (il % n < n - 1) for il in range(n_layer))
 
 
 def load_hparams(f: GGUFFile) -> HParams:
     hp = read_hparams(f, NAME, ROPE_TYPE)
-    n_swa = int(f.metadata.get("gemma3.attention.sliding_window", 0) or 0)
+    n_swa = _int(f, "gemma3.attention.sliding_window", f.metadata.get("gemma3.attention.sliding_window", 0), 0)
     if n_swa > 0:
         hp.n_swa = n_swa
         hp.swa_layers = swa_pattern(f, hp.n_layer)
-        hp.rope_freq_base_swa = float(f.metadata.get("gemma3.rope.freq_base_swa", 10000.0))
+        hp.rope_freq_base_swa = _float(f, "gemma3.rope.freq_base_swa", f.metadata.get("gemma3.rope.freq_base_swa",
+                                                                                        10000.0))
     head = hp.head_dim if hp.n_layer != 62 else hp.n_embd // hp.n_head   # the 27B: 1/sqrt(n_embd/n_head)
     hp.q_scale = 1.0 / math.sqrt(head)
     hp.kq_scale = 1.0
     hp.embd_scale = float(np.sqrt(np.float32(hp.n_embd), dtype=np.float32))
-    hp.final_logit_softcap = float(f.metadata.get("gemma3.final_logit_softcapping", 0.0) or 0.0)
+    hp.final_logit_softcap = _float(f, "gemma3.final_logit_softcapping",
+                                    f.metadata.get("gemma3.final_logit_softcapping", 0.0), positive=False)
     return hp
 
 

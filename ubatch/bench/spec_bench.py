@@ -1,0 +1,235 @@
+"""`ubatch bench speculative`: exact speculative decoding against plain decoding, and against llama-cpp-python.
+
+Per prompt set (the shipped code-editing set: a short program quoted, a small change asked, the full updated code
+expected; and a prose set with little to copy), on one model (default Qwen2.5-Coder 0.5B, the chat template
+rendered once and the same token ids given to everyone), greedy, max_tokens M, single stream, timed in turn for
+every prompt (paired: the four runs of a prompt follow each other, so machine load hits all of them alike):
+
+* ubatch: `LLM` without a draft, and with `draft="prompt-lookup"`;
+* llama-cpp-python 0.3.36 (when installed): `Llama.create_completion` plain, and with its own
+  `LlamaPromptLookupDecoding()` (its defaults: max_ngram_size 2, num_pred_tokens 10) as draft_model.
+
+Reported: generated tokens/s of each (total tokens / total time over the set), the ratios, whether ubatch's
+drafted output equals its plain output (it must) and whether llama-cpp-python's drafted output equals its plain
+output (it need not: its verified logits come from a batch of several rows). Then `--batched` sequences of the
+code set together through one engine, with and without the draft.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+SETS = ("code", "prose")
+
+
+def load_set(name: str) -> List[dict]:
+    path = os.path.join(os.path.dirname(__file__), "data", f"spec_{name}.jsonl")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def chat_tokens(tokenizer, content: str) -> List[int]:
+    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    ids = tokenizer.encode(text, add_special=True, parse_special=True)
+    bos = getattr(tokenizer, "bos", -1)
+    if len(ids) >= 2 and bos >= 0 and ids[0] == bos and ids[1] == bos:
+        ids = ids[1:]
+    return list(ids)
+
+
+class UbatchRunner:
+    def __init__(self, model, n_threads: Optional[int], draft, n_seq_max: int = 1, n_ctx: int = 4096,
+                 kv_unified: bool = False) -> None:
+        from ubatch.engine.llm import LLM
+        self.llm = LLM(model, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_seq_max=n_seq_max, n_threads=n_threads,
+                       draft=draft, kv_unified=kv_unified)
+
+    def run(self, prompts: List[List[int]], max_tokens: int):
+        t = time.perf_counter()
+        outs = self.llm.generate(prompts, max_tokens=max_tokens, temperature=0.0)
+        return time.perf_counter() - t, [o.tokens for o in outs]
+
+    def stats(self) -> dict:
+        return self.llm.engine.stats()
+
+
+class LlamaCppRunner:
+    def __init__(self, path: str, n_threads: int, pld: bool) -> None:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        self.llm = llama_cpp.Llama(model_path=path, n_ctx=4096, n_batch=512, n_threads=n_threads,
+                                   n_threads_batch=n_threads, verbose=False, logits_all=pld,
+                                   draft_model=LlamaPromptLookupDecoding() if pld else None)
+        self.vocab = self.llm._model.vocab
+        self._is_eog = llama_cpp.llama_vocab_is_eog
+
+    def run(self, prompt: List[int], max_tokens: int):
+        t = time.perf_counter()
+        toks = []
+        for tok in self.llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+            if self._is_eog(self.vocab, tok):
+                break
+            toks.append(int(tok))
+            if len(toks) >= max_tokens:
+                break
+        return time.perf_counter() - t, toks
+
+
+def _path_of(name: str) -> str:
+    from ubatch.model import fetch
+    if os.path.isfile(name):
+        return name
+    return str(fetch.path(name))
+
+
+def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int, batched: int,
+              n_threads: Optional[int], llama_cpp: bool, progress=None) -> dict:
+    from ubatch.engine.llm import load_model
+    model = load_model(model_name)
+    tok = model.tokenizer
+    threads = n_threads or os.cpu_count() or 1
+    runners = {"ubatch": UbatchRunner(model, threads, None), "ubatch+draft": UbatchRunner(model, threads,
+                                                                                          "prompt-lookup")}
+    have_lcp = False
+    if llama_cpp:
+        try:
+            import llama_cpp as _lcp  # noqa: F401
+            have_lcp = True
+        except ImportError:
+            pass
+    if have_lcp:
+        path = _path_of(model_name)
+        runners["llama.cpp"] = LlamaCppRunner(path, threads, pld=False)
+        runners["llama.cpp+pld"] = LlamaCppRunner(path, threads, pld=True)
+    warm = chat_tokens(tok, "Say hi.")
+    for name, r in runners.items():                         # warm-up: weights paged in, threads started
+        if name.startswith("ubatch"):
+            r.run([warm], 4)
+        else:
+            r.run(warm, 4)
+    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads, "sets": {}}
+    for set_name in sets:
+        items = load_set(set_name)[:n_prompts]
+        per = {k: {"s": 0.0, "tokens": 0, "outs": []} for k in runners}
+        for it in items:
+            ids = chat_tokens(tok, it["content"])
+            for name, r in runners.items():
+                if name.startswith("ubatch"):
+                    dt, outs = r.run([ids], max_tokens)
+                    out = outs[0]
+                else:
+                    dt, out = r.run(ids, max_tokens)
+                per[name]["s"] += dt
+                per[name]["tokens"] += len(out)
+                per[name]["outs"].append(out)
+            if progress is not None:
+                progress(f"{set_name} {it['id']}: " + ", ".join(
+                    f"{k} {len(v['outs'][-1])} tok" for k, v in per.items()))
+        row = {k: {"tok_s": v["tokens"] / v["s"] if v["s"] else 0.0, "tokens": v["tokens"], "s": round(v["s"], 3)}
+               for k, v in per.items()}
+        row["ubatch_draft_equals_plain"] = per["ubatch+draft"]["outs"] == per["ubatch"]["outs"]
+        if have_lcp:
+            same = [a == b for a, b in zip(per["llama.cpp+pld"]["outs"], per["llama.cpp"]["outs"])]
+            row["llama_cpp_pld_equals_plain"] = f"{sum(same)}/{len(same)}"
+        res["sets"][set_name] = row
+    spec_stats = runners["ubatch+draft"].stats()
+    res["draft_stats"] = {k: spec_stats[k] for k in ("draft_rows", "draft_tokens", "draft_accepted", "acceptance",
+                                                     "cost_a_s", "cost_b_s") if k in spec_stats}
+    if batched > 1:
+        items = load_set("code")
+        ids = [chat_tokens(tok, items[i % len(items)]["content"]) for i in range(batched)]
+        br = {}
+        for kvu in (False, True):
+            plain = UbatchRunner(model, threads, None, n_seq_max=batched, n_ctx=4096 * batched, kv_unified=kvu)
+            spec = UbatchRunner(model, threads, "prompt-lookup", n_seq_max=batched, n_ctx=4096 * batched,
+                                kv_unified=kvu)
+            plain.run([warm], 2)
+            spec.run([warm], 2)
+            tp, op = plain.run(ids, max_tokens)
+            ts, os_ = spec.run(ids, max_tokens)
+            n = sum(len(o) for o in op)
+            br["unified" if kvu else "per-seq"] = {"plain_tok_s": n / tp, "draft_tok_s": sum(len(o) for o in os_) / ts,
+                                                   "equal": op == os_}
+            if progress is not None:
+                progress(f"batched {batched} {'unified' if kvu else 'per-seq'}: {n / tp:.2f} vs "
+                         f"{sum(len(o) for o in os_) / ts:.2f} tok/s")
+        res["batched"] = {"n": batched, **br}
+    res["llama_cpp"] = have_lcp
+    return res
+
+
+def report(res: dict) -> str:
+    lines = [f"ubatch bench speculative: {res['model']}, greedy, max_tokens {res['max_tokens']}, single stream, "
+             f"{res['threads']} threads; paired runs per prompt (generated tokens/s)"]
+    hdr = f"{'set':6} | {'ubatch':>8} {'+draft':>8} | {'llama.cpp':>9} {'+PLD':>8} | {'draft/ub':>8} " \
+          f"{'draft/lcp':>9} {'draft/PLD':>9} | {'ub equal':>8} {'lcp PLD equal':>13}"
+    lines += [hdr, "-" * len(hdr)]
+    for name, row in res["sets"].items():
+        u, d = row["ubatch"]["tok_s"], row["ubatch+draft"]["tok_s"]
+        lc = row.get("llama.cpp", {}).get("tok_s")
+        lp = row.get("llama.cpp+pld", {}).get("tok_s")
+        f = lambda x: f"{x:8.2f}" if x else "       -"  # noqa: E731
+        r = lambda a, b: f"{a / b:8.2f}x" if a and b else "        -"  # noqa: E731
+        lines.append(f"{name:6} | {f(u)} {f(d)} | {f(lc):>9} {f(lp)} | {r(d, u)} {r(d, lc):>9} {r(d, lp):>9} | "
+                     f"{str(row['ubatch_draft_equals_plain']):>8} {row.get('llama_cpp_pld_equals_plain', '-'):>13}")
+    ds = res.get("draft_stats", {})
+    if ds:
+        lines.append(f"ubatch draft: {ds.get('draft_tokens', 0)} draft tokens, {ds.get('draft_accepted', 0)} accepted "
+                     f"({100 * ds.get('acceptance', 0):.0f} %), step cost model a = {1000 * ds.get('cost_a_s', 0):.1f} ms"
+                     f" per ubatch + b = {1000 * ds.get('cost_b_s', 0):.2f} ms per row")
+    b = res.get("batched")
+    if b:
+        for k in ("per-seq", "unified"):
+            if k in b:
+                x = b[k]
+                lines.append(f"{b['n']} batched code prompts, {k} KV: {x['plain_tok_s']:.2f} tok/s without a draft, "
+                             f"{x['draft_tok_s']:.2f} with ({x['draft_tok_s'] / x['plain_tok_s']:.2f}x), "
+                             f"equal: {x['equal']}")
+    if not res.get("llama_cpp"):
+        lines.append("llama-cpp-python is not installed: its columns are empty")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="qwen2.5-0.5b", help="model name or GGUF path (default qwen2.5-0.5b)")
+    p.add_argument("--sets", default="code,prose", help="prompt sets (code, prose)")
+    p.add_argument("--max-tokens", type=int, default=160)
+    p.add_argument("--prompts", type=int, default=8, help="prompts per set (default all 8)")
+    p.add_argument("--batched", type=int, default=8, help="sequences of the batched run (0: skip)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-llama-cpp", action="store_true", help="skip llama-cpp-python")
+    p.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON")
+
+
+def main_args(args, progress=None) -> int:
+    sets = [s for s in args.sets.split(",") if s]
+    bad = [s for s in sets if s not in SETS]
+    if bad or args.max_tokens < 1 or args.prompts < 1 or args.batched < 0:
+        print(f"ubatch bench speculative: --sets from {SETS}, --max-tokens / --prompts >= 1, --batched >= 0",
+              file=sys.stderr)
+        return 2
+    res = run_bench(args.model, sets, args.max_tokens, args.prompts, args.batched, args.threads,
+                    not args.no_llama_cpp, progress)
+    print(report(res))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="ubatch bench speculative", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return main_args(args, progress=lambda m: print(m, file=sys.stderr, flush=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

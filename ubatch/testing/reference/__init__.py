@@ -1,0 +1,8 @@
+"""An independent float64 reference forward of the supported architectures (issue 28): `RefModel(path)` reads a
+GGUF with gguf.GGUFReader, `forward(model, tokens, mode="exact"|"emulate", kv="f32"|"f16")` gives float64
+logits. See forward.py for what "emulate" keeps of ggml's formats."""
+from ubatch.testing.reference.actquant import act_kind, quantize
+from ubatch.testing.reference.forward import forward
+from ubatch.testing.reference.model import RefHParams, RefModel
+
+__all__ = ["RefModel", "RefHParams", "forward", "act_kind", "quantize"]
