@@ -102,7 +102,7 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
     from ubatch.models import TINY_LLAMA_PATH
     from test_llama_cpp_llama import ByteVocab
     monkeypatch.setattr(_model, "_load_tokenizer", lambda path, raw: ByteVocab())
-    llm = L.Llama(TINY_LLAMA_PATH, n_ctx=512, verbose=False, chat_format="chatml-function-calling")
+    llm = L.Llama(TINY_LLAMA_PATH, n_ctx=2048, verbose=False, chat_format="chatml-function-calling")
     r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice="none", max_tokens=4,
                                    temperature=0.0)
     assert r["object"] == "chat.completion" and r["choices"][0]["message"]["role"] == "assistant"
@@ -122,3 +122,15 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
         (call,) = r["choices"][0]["message"]["tool_calls"]
         assert call["function"]["name"] == "add" and r["choices"][0]["finish_reason"] == "tool_calls"
     llm.close()
+
+
+def test_schema_grammars_are_llama_cpp_pythons_text():
+    """The tool schemas the handlers convert: ubatch's json_schema_to_gbnf gives llama-cpp-python's text (or,
+    without the grammar engine, refuses by name)."""
+    for schema, gbnf in SCHEMAS.items():
+        try:
+            got = llama_grammar.json_schema_to_gbnf(schema)
+        except NotImplementedError as e:
+            assert "GBNF" in str(e) or "grammar" in str(e)
+            continue
+        assert got == gbnf, schema

@@ -114,7 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--models", default=",".join(fd.MODELS), help="comma-separated (default both)")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default all recorded)")
     ap.add_argument("--kv", default="f32,f16", help="K/V types to measure (default f32,f16)")
-    ap.add_argument("--short", action="store_true", help="short prompts only (a few minutes)")
+    ap.add_argument("--short", action="store_true", help="short prompts only (tens of minutes on 2 cores)")
     ap.add_argument("--ensemble", type=int, default=2,
                     help="noise-floor references per case: a float32-arithmetic one, then N-1 with jittered "
                          "format roundings on short prompts (default 2)")

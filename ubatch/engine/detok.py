@@ -29,29 +29,30 @@ def utf8_complete_len(buf: bytes) -> int:
     return n
 
 
-def _failure(s: str) -> List[int]:
-    """KMP failure function of s: f[k] = length of the longest proper border of s[:k + 1]."""
-    f = [0] * len(s)
-    k = 0
-    for i in range(1, len(s)):
-        c = s[i]
-        while k and s[k] != c:
-            k = f[k - 1]
-        if s[k] == c:
-            k += 1
-        f[i] = k
-    return f
-
-
 class StopMatcher:
-    """The stop strings of a request with their KMP tables (built once, O(total stop length); shared by the
-    n choices of a request). Matching then costs O(new characters) per token, whatever the stops' length."""
+    """The stop strings of a request with their KMP failure tables (shared by the n choices of a request and by
+    requests repeating the same stops). A table is extended lazily, only as far as some text has matched its
+    stop string, so a long stop string costs nothing up front; matching costs O(new characters) per token
+    (amortised), whatever the stops' length."""
 
-    __slots__ = ("stops", "fails")
+    __slots__ = ("stops", "fails", "_k")
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops: List[str] = [s for s in stops if s]
-        self.fails: List[List[int]] = [_failure(s) for s in self.stops]
+        self.fails: List[List[int]] = [[0] for _ in self.stops]   # fails[j][i]: longest proper border of s[:i+1]
+        self._k = [0] * len(self.stops)                          # the table builder's state per stop
+
+    def grow(self, j: int, n: int) -> None:
+        """Extends fails[j] to cover the indices < n."""
+        s, f, k = self.stops[j], self.fails[j], self._k[j]
+        for i in range(len(f), min(n, len(s))):
+            c = s[i]
+            while k and s[k] != c:
+                k = f[k - 1]
+            if s[k] == c:
+                k += 1
+            f.append(k)
+        self._k[j] = k
 
 
 @lru_cache(maxsize=64)
@@ -93,6 +94,8 @@ class TextState:
                     k = f[k - 1]
                 if s[k] == c:
                     k += 1
+                    if k > len(f):
+                        m.grow(j, k)
                 if k == n:
                     at = start + i - n + 1
                     if best < 0 or at < best:

@@ -29,18 +29,32 @@ class _Choice:
             repeat_penalty=s["repeat_penalty"], frequency_penalty=s["frequency_penalty"],
             presence_penalty=s["presence_penalty"], mirostat_mode=s["mirostat_mode"],
             mirostat_tau=s["mirostat_tau"], mirostat_eta=s["mirostat_eta"],
-            seed=(group.prep.seed + k) & 0xFFFFFFFF)
+            seed=(group.prep.seed + k) & 0xFFFFFFFF, logits_processor=group.prep.logits_processor,
+            input_ids=self.input_ids)
         self.n_past = 0
         self.tail: List[int] = []   # tokens decoded after the prompt (what its KV holds beyond it)
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
 
+    def input_ids(self):
+        """What the context holds for this choice: its prompt and the tokens decoded after it (intc)."""
+        import numpy as np
+        return np.asarray(list(self.group.prep.tokens) + self.tail, dtype=np.intc)
+
+
+def _logits_row(llm, row: int):
+    """The logits (float32[n_vocab], a copy) the choice's token was sampled from. 0.3.36's single path hands its
+    stopping criteria an unrelated row (scores[0]); the batched path gives the row that was sampled."""
+    import numpy as np
+    return np.ctypeslib.as_array(L.llama_get_logits_ith(llm.ctx, row), shape=(llm._n_vocab,)).copy()
+
 
 class _Group:
     """One prompt with its n choices."""
 
-    def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool) -> None:
+    def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool, stopping_criteria=None) -> None:
         self.llm, self.prep, self.sampling, self.echo = llm, prep, sampling, echo
+        self.stopping_criteria = stopping_criteria
         self.choices = [_Choice(self, k) for k in range(n)]
         self.fed = 0                       # prompt tokens decoded so far (into choices[0].seq)
         self.forked = False
@@ -191,7 +205,12 @@ class ParallelRunner:
             for t in targets:
                 tok = L.llama_sampler_sample(t.sampler.sampler, llm.ctx, row)
                 t.row = -2
-                if t.state.feed(tok):
+                crit = g.stopping_criteria
+                if crit is not None and crit(t.input_ids(), _logits_row(llm, row)):
+                    t.state.text = llm.detokenize(t.state.tokens, prev_tokens=g.prep.tokens)
+                    t.state.finish = "stop"          # the criterion's token is not part of the completion
+                    self._finish(t)
+                elif t.state.feed(tok):
                     self._finish(t)
         self._retire()
 
@@ -248,20 +267,20 @@ def _response(call: _Call) -> Dict[str, Any]:
 
 
 def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dict[str, Any]:
-    for key, what in (("logprobs", "logprobs"), ("logits_processor", "logits_processor"),
-                      ("stopping_criteria", "stopping_criteria"), ("logit_bias", "logit_bias")):
+    for key, what in (("logprobs", "logprobs"),):
         if args.get(key) is not None:
             raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
                                       f"(the batched path)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     sampling = {k: args[k] for k in _SAMPLING_KEYS}
-    prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model")}
+    prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model", "logit_bias",
+                                          "logits_processor")}
     groups = []
     for p in prompts:
         prep = Prepared(llm, p, **prep_args)
         llm.set_seed(prep.seed)          # the seed chain advances as for sequential calls
-        groups.append(_Group(llm, prep, n, sampling, bool(args.get("echo"))))
+        groups.append(_Group(llm, prep, n, sampling, bool(args.get("echo")), args.get("stopping_criteria")))
     with llm._lock:
         if llm._parallel is None:
             llm._parallel = ParallelRunner(llm)

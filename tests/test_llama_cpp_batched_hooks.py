@@ -1,0 +1,58 @@
+"""logit_bias, logits_processor and stopping_criteria in the batched paths (a list of prompts, n > 1,
+Llama(n_seq_max=N)): each choice gets exactly what a single call gives (its own token ids in the processors,
+its own stop), on the tiny model with a byte vocabulary."""
+import numpy as np
+import pytest
+
+import ubatch.llama_cpp as L
+from ubatch.llama_cpp import _model
+from ubatch.models import TINY_LLAMA_PATH
+
+from test_llama_cpp_llama import ByteVocab
+
+
+@pytest.fixture
+def byte_vocab(monkeypatch):
+    monkeypatch.setattr(_model, "_load_tokenizer", lambda path, raw: ByteVocab())
+
+
+def _texts(r):
+    return [c["text"] for c in r["choices"]]
+
+
+def test_hooks_in_the_batched_path_equal_single_calls(byte_vocab):
+    single = L.Llama(TINY_LLAMA_PATH, n_ctx=256, verbose=False)
+    par = L.Llama(TINY_LLAMA_PATH, n_ctx=512, n_seq_max=4, verbose=False)
+    prompts = ["abc", "hello"]
+    seen = []
+
+    def no_vowels(input_ids, scores):
+        seen.append(len(input_ids))
+        out = scores.copy()
+        out[[ord(v) for v in "aeiou"]] = -np.inf
+        return out
+
+    def stop_after_3(input_ids, logits):
+        return len(input_ids) >= 3 + min(len(p) for p in prompts) and logits.shape == (256,)
+
+    cases = [dict(logit_bias={ord("x"): 50.0}),
+             dict(logits_processor=L.LogitsProcessorList([no_vowels])),
+             dict(stopping_criteria=L.StoppingCriteriaList([lambda ids, lg: len(ids) >= 6])),
+             dict(logit_bias={ord("q"): 5.0}, logits_processor=L.LogitsProcessorList([no_vowels]))]
+    for kw in cases:
+        expect = [single.create_completion(p, max_tokens=6, temperature=0.0, **kw)["choices"][0]["text"]
+                  for p in prompts]
+        got = _texts(par.create_completion(prompts, max_tokens=6, temperature=0.0, **kw))
+        assert got == expect, kw
+        # n > 1: every greedy choice is the single call's
+        assert _texts(par.create_completion(prompts[0], max_tokens=6, temperature=0.0, n=2, **kw)) == \
+            [expect[0]] * 2, kw
+    biased = single.create_completion("abc", max_tokens=6, temperature=0.0, logit_bias={ord("x"): 50.0})
+    assert biased["choices"][0]["text"] == "x" * 6                  # the bias really acted
+    assert expect[0] == "q" * 6                                     # the last case: bias + no vowels
+    assert seen and min(seen) >= 3                                  # the processors saw each choice's own ids
+    r = par.create_completion(prompts, max_tokens=6, temperature=0.0,
+                              stopping_criteria=L.StoppingCriteriaList([stop_after_3]))
+    assert [c["finish_reason"] for c in r["choices"]] == ["stop", "stop"]
+    with pytest.raises(NotImplementedError, match="logprobs"):
+        par.create_completion(prompts, max_tokens=2, logprobs=1)
