@@ -13,6 +13,7 @@
 #include "ub_tok.h"
 #include "ub_compat.h"
 #include "ub_sampling.h"
+#include "ub_grammar.h"
 #include "ub_ngram.h"
 
 #endif

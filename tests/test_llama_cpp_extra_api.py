@@ -64,3 +64,9 @@ def test_ctypes_arguments_convert_as_ctypes_does(model):
     with pytest.raises(ctypes.ArgumentError):
         L.llama_sampler_init_temp(ctypes.c_double(0.5))
     L.llama_sampler_free(chain)
+
+
+def test_quantised_kv_types_raise():
+    for kw in ({"type_k": 8}, {"type_v": 2}):
+        with pytest.raises(NotImplementedError, match="quantised KV"):
+            L.Llama(TINY_LLAMA_PATH, n_ctx=64, verbose=False, **kw)

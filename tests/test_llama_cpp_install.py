@@ -34,6 +34,8 @@ def test_every_submodule_resolves_to_ubatch():
         import llama_cpp.llama_types as t, llama_cpp._internals as i
         assert Llama is u.llama.Llama and llama_decode is u.llama_cpp.llama_decode
         assert llama_cpp.llama_cpp is u.llama_cpp and llama_cpp.llama is u.llama
+        import llama_cpp.server.app as app, llama_cpp.server.settings as st
+        assert app is importlib.import_module("ubatch.llama_cpp.server.app") and st.ModelSettings
         for missing in ("llama_cpp.llava_cpp", "llama_cpp.no_such_module", "llama_cpp.llama.sub"):
             try:
                 importlib.import_module(missing)

@@ -44,7 +44,7 @@ def conversation(eng: LLMEngine, system, params_list, n_churn: int):
     return out
 
 
-@pytest.mark.parametrize("name,n_sys,n_churn,kv_unified", [("gemma3-270m", 300, 200, True),
+@pytest.mark.parametrize("name,n_sys,n_churn,kv_unified", [("gemma3-270m", 560, 100, True),
                                                            ("qwen2.5-0.5b", 48, 16, False)],
                          ids=["gemma-unified", "qwen-per-seq"])
 def test_identical_with_and_without_the_cache(name, n_sys, n_churn, kv_unified):

@@ -9,11 +9,12 @@ static int window_matches(const int32_t *tok, int64_t n, int64_t i, int64_t g) {
     return 1;
 }
 
-/* tok int32[n] borrowed, start int64[1] caller-owned (see the header). */
+/* tok int32[n] borrowed, start int64[1] and ngram int32[1] (optional) caller-owned (see the header). */
 int64_t ub_ngram_lookup(const int32_t *tok, int64_t n, int32_t max_ngram, int32_t num_pred, int32_t latest,
-                        int64_t *start) {
+                        int64_t *start, int32_t *ngram) {
     if (n < 0 || !start || (n > 0 && !tok)) return -1;
     *start = n;
+    if (ngram) *ngram = 0;
     if (max_ngram < 1 || num_pred < 1 || n < 2) return 0;
     int64_t gmax = (int64_t)max_ngram < n - 1 ? (int64_t)max_ngram : n - 1;
     for (int64_t g = gmax; g >= 1; g--) {
@@ -25,6 +26,7 @@ int64_t ub_ngram_lookup(const int32_t *tok, int64_t n, int32_t max_ngram, int32_
             int64_t s = i + g, e = s + (int64_t)num_pred;
             if (e > n) e = n;
             *start = s;
+            if (ngram) *ngram = (int32_t)g;
             return e - s;
         }
     }

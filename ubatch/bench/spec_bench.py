@@ -55,6 +55,20 @@ class UbatchRunner:
         outs = self.llm.generate(prompts, max_tokens=max_tokens, temperature=0.0)
         return time.perf_counter() - t, [o.tokens for o in outs]
 
+    def run_one(self, prompt: List[int], max_tokens: int):
+        """(seconds, tokens, seconds to the first token) of one greedy completion."""
+        from ubatch.engine.llm_engine import SamplingParams
+        eng = self.llm.engine
+        t = time.perf_counter()
+        eng.add_request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        toks, first = [], None
+        while eng.has_unfinished_requests():
+            for o in eng.step():
+                toks += o.outputs[0].token_ids_delta
+                if first is None and toks:
+                    first = time.perf_counter() - t
+        return time.perf_counter() - t, toks, first or 0.0
+
     def stats(self) -> dict:
         return self.llm.engine.stats()
 
@@ -69,16 +83,18 @@ class LlamaCppRunner:
         self.vocab = self.llm._model.vocab
         self._is_eog = llama_cpp.llama_vocab_is_eog
 
-    def run(self, prompt: List[int], max_tokens: int):
+    def run_one(self, prompt: List[int], max_tokens: int):
         t = time.perf_counter()
-        toks = []
+        toks, first = [], None
         for tok in self.llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+            if first is None:
+                first = time.perf_counter() - t
             if self._is_eog(self.vocab, tok):
                 break
             toks.append(int(tok))
             if len(toks) >= max_tokens:
                 break
-        return time.perf_counter() - t, toks
+        return time.perf_counter() - t, toks, first or 0.0
 
 
 def _path_of(name: str) -> str:
@@ -89,7 +105,7 @@ def _path_of(name: str) -> str:
 
 
 def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int, batched: int,
-              n_threads: Optional[int], llama_cpp: bool, progress=None) -> dict:
+              n_threads: Optional[int], llama_cpp: bool, progress=None, llama_threads: Optional[int] = None) -> dict:
     from ubatch.engine.llm import load_model
     model = load_model(model_name)
     tok = model.tokenizer
@@ -105,33 +121,32 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
             pass
     if have_lcp:
         path = _path_of(model_name)
-        runners["llama.cpp"] = LlamaCppRunner(path, threads, pld=False)
-        runners["llama.cpp+pld"] = LlamaCppRunner(path, threads, pld=True)
+        lt = llama_threads or threads
+        runners["llama.cpp"] = LlamaCppRunner(path, lt, pld=False)
+        runners["llama.cpp+pld"] = LlamaCppRunner(path, lt, pld=True)
     warm = chat_tokens(tok, "Say hi.")
-    for name, r in runners.items():                         # warm-up: weights paged in, threads started
-        if name.startswith("ubatch"):
-            r.run([warm], 4)
-        else:
-            r.run(warm, 4)
-    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads, "sets": {}}
+    for r in runners.values():                              # warm-up: weights paged in, threads started
+        r.run_one(warm, 4)
+    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads,
+                            "llama_threads": llama_threads or threads, "sets": {}}
     for set_name in sets:
         items = load_set(set_name)[:n_prompts]
-        per = {k: {"s": 0.0, "tokens": 0, "outs": []} for k in runners}
+        per = {k: {"s": 0.0, "tokens": 0, "outs": [], "first_s": 0.0} for k in runners}
         for it in items:
             ids = chat_tokens(tok, it["content"])
             for name, r in runners.items():
-                if name.startswith("ubatch"):
-                    dt, outs = r.run([ids], max_tokens)
-                    out = outs[0]
-                else:
-                    dt, out = r.run(ids, max_tokens)
+                dt, out, first = r.run_one(ids, max_tokens)
                 per[name]["s"] += dt
+                per[name]["first_s"] += first
                 per[name]["tokens"] += len(out)
                 per[name]["outs"].append(out)
             if progress is not None:
                 progress(f"{set_name} {it['id']}: " + ", ".join(
                     f"{k} {len(v['outs'][-1])} tok" for k, v in per.items()))
-        row = {k: {"tok_s": v["tokens"] / v["s"] if v["s"] else 0.0, "tokens": v["tokens"], "s": round(v["s"], 3)}
+        n_p = len(items)
+        row = {k: {"tok_s": v["tokens"] / v["s"] if v["s"] else 0.0, "tokens": v["tokens"], "s": round(v["s"], 3),
+                   "decode_tok_s": (v["tokens"] - n_p) / (v["s"] - v["first_s"]) if v["s"] > v["first_s"] else 0.0,
+                   "first_token_s": round(v["first_s"] / max(n_p, 1), 3)}
                for k, v in per.items()}
         row["ubatch_draft_equals_plain"] = per["ubatch+draft"]["outs"] == per["ubatch"]["outs"]
         if have_lcp:
@@ -149,8 +164,8 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
             plain = UbatchRunner(model, threads, None, n_seq_max=batched, n_ctx=4096 * batched, kv_unified=kvu)
             spec = UbatchRunner(model, threads, "prompt-lookup", n_seq_max=batched, n_ctx=4096 * batched,
                                 kv_unified=kvu)
-            plain.run([warm], 2)
-            spec.run([warm], 2)
+            plain.run_one(warm, 2)
+            spec.run_one(warm, 2)
             tp, op = plain.run(ids, max_tokens)
             ts, os_ = spec.run(ids, max_tokens)
             n = sum(len(o) for o in op)
@@ -166,7 +181,8 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
 
 def report(res: dict) -> str:
     lines = [f"ubatch bench speculative: {res['model']}, greedy, max_tokens {res['max_tokens']}, single stream, "
-             f"{res['threads']} threads; paired runs per prompt (generated tokens/s)"]
+             f"{res['threads']} threads (llama.cpp {res.get('llama_threads', res['threads'])}); paired runs per prompt "
+             f"(generated tokens/s, prompt prefill included)"]
     hdr = f"{'set':6} | {'ubatch':>8} {'+draft':>8} | {'llama.cpp':>9} {'+PLD':>8} | {'draft/ub':>8} " \
           f"{'draft/lcp':>9} {'draft/PLD':>9} | {'ub equal':>8} {'lcp PLD equal':>13}"
     lines += [hdr, "-" * len(hdr)]
@@ -178,6 +194,10 @@ def report(res: dict) -> str:
         r = lambda a, b: f"{a / b:8.2f}x" if a and b else "        -"  # noqa: E731
         lines.append(f"{name:6} | {f(u)} {f(d)} | {f(lc):>9} {f(lp)} | {r(d, u)} {r(d, lc):>9} {r(d, lp):>9} | "
                      f"{str(row['ubatch_draft_equals_plain']):>8} {row.get('llama_cpp_pld_equals_plain', '-'):>13}")
+        g = lambda k: row.get(k, {}).get("decode_tok_s")  # noqa: E731
+        u2, d2, lc2, lp2 = g("ubatch"), g("ubatch+draft"), g("llama.cpp"), g("llama.cpp+pld")
+        lines.append(f"{'  after':6} | {f(u2)} {f(d2)} | {f(lc2):>9} {f(lp2)} | {r(d2, u2)} {r(d2, lc2):>9} "
+                     f"{r(d2, lp2):>9} |   (after the first token: the prompt's prefill left out)")
     ds = res.get("draft_stats", {})
     if ds:
         lines.append(f"ubatch draft: {ds.get('draft_tokens', 0)} draft tokens, {ds.get('draft_accepted', 0)} accepted "
@@ -202,7 +222,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--prompts", type=int, default=8, help="prompts per set (default all 8)")
     p.add_argument("--batched", type=int, default=8, help="sequences of the batched run (0: skip)")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="ubatch's threads (default: all cores)")
+    p.add_argument("--llama-threads", type=int, default=None,
+                   help="llama-cpp-python's threads (default: --threads; on a loaded machine its spinning thread "
+                        "pool is far faster with 1)")
     p.add_argument("--no-llama-cpp", action="store_true", help="skip llama-cpp-python")
     p.add_argument("--json", metavar="FILE", default=None, help="write the results as JSON")
 
@@ -215,7 +238,7 @@ def main_args(args, progress=None) -> int:
               file=sys.stderr)
         return 2
     res = run_bench(args.model, sets, args.max_tokens, args.prompts, args.batched, args.threads,
-                    not args.no_llama_cpp, progress)
+                    not args.no_llama_cpp, progress, llama_threads=args.llama_threads)
     print(report(res))
     if args.json:
         with open(args.json, "w") as f:

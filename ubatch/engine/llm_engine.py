@@ -83,7 +83,7 @@ class _Seq:
     first n_past of them; a generating sequence has exactly one token (the last sampled) left to place."""
 
     __slots__ = ("req", "index", "seed", "seq_id", "n_past", "generated", "text", "finish_reason", "state", "stamp",
-                 "d_text", "d_tok", "d_lp", "spec")
+                 "d_text", "d_tok", "d_lp", "gstate", "spec")
 
     def __init__(self, req: "_Req", index: int, seed: int) -> None:
         self.req = req
@@ -99,6 +99,7 @@ class _Seq:
         self.d_text = ""
         self.d_tok: List[int] = []
         self.d_lp: Optional[list] = [] if req.params.logprobs is not None else None
+        self.gstate = req.grammar.clone() if req.grammar is not None else None   # its own grammar position
         self.spec = None                  # speculative decoding state (spec_engine.SeqSpec)
 
     @property
@@ -121,9 +122,11 @@ class _Seq:
 
 
 class _Req:
-    __slots__ = ("rid", "prompt", "params", "seqs", "times", "aborted")
+    __slots__ = ("rid", "prompt", "params", "seqs", "times", "aborted", "grammar")
 
-    def __init__(self, rid: str, prompt: np.ndarray, params: SamplingParams, times: RequestTimes) -> None:
+    def __init__(self, rid: str, prompt: np.ndarray, params: SamplingParams, times: RequestTimes,
+                 grammar=None) -> None:
+        self.grammar = grammar
         self.rid = rid
         self.prompt = prompt
         self.params = params
@@ -232,8 +235,19 @@ class LLMEngine:
         rid = str(request_id) if request_id is not None else f"req-{next(self._ids)}"
         if rid in self._reqs:
             raise ValueError(f"request_id {rid!r} is already in use")
+        grammar = self._grammar_of(params)
+        if grammar is not None:
+            if hasattr(params, "speculative"):
+                params.speculative = False    # drafts would be verified without the grammar: not drafted
+            grammar = grammar.state()         # the requests' start state (its completions clone it)
+            if params.grammar_prefix:
+                from ubatch.grammar import GrammarRejected
+                try:
+                    grammar.accept_text(params.grammar_prefix)
+                except GrammarRejected:
+                    raise ValueError("grammar_prefix: the grammar does not allow this text") from None
         times = RequestTimes(added=time.perf_counter())
-        req = _Req(rid, toks, params, times)
+        req = _Req(rid, toks, params, times, grammar)
         base = params.seed if params.seed is not None else self._seed_rng.getrandbits(64)
         req.seqs = [_Seq(req, j, (base + j) % 2**64) for j in range(params.n)]
         self._reqs[rid] = req
@@ -241,6 +255,37 @@ class LLMEngine:
         self.statistics.requests += 1
         self.statistics.times.append(times)
         return rid
+
+    def _grammar_of(self, params: SamplingParams):
+        """The compiled grammar of a request (grammar= GBNF / Grammar / LlamaGrammar, or json_schema=), or None.
+        Compiled grammars are kept (a few, by text) so that their per-state caches serve later requests."""
+        if params.grammar is None and params.json_schema is None:
+            return None
+        from ubatch.grammar import Grammar, GrammarVocab
+        from ubatch.grammar.schema import json_schema_to_gbnf
+        if self.tokenizer is None or not hasattr(self.tokenizer, "token_to_piece"):
+            raise ValueError("grammar / json_schema need the model's tokenizer")
+        g = params.grammar
+        root = "root"
+        if g is None:
+            text = json_schema_to_gbnf(params.json_schema)
+        elif isinstance(g, Grammar):
+            if g.vocab is not None and g.vocab.tokenizer is self.tokenizer:
+                return g
+            text, root = g.text, g.root
+        elif isinstance(g, (str, bytes)):
+            text = g.decode("utf-8") if isinstance(g, bytes) else g
+        else:                                   # LlamaGrammar
+            text, root = g._grammar, getattr(g, "_root", "root")
+        cache = self.__dict__.setdefault("_grammars", {})
+        key = (text, root)
+        hit = cache.pop(key, None)
+        if hit is None:
+            hit = Grammar(text, GrammarVocab.of(self.tokenizer), root)
+        cache[key] = hit
+        while len(cache) > 16:
+            cache.pop(next(iter(cache)))
+        return hit
 
     def abort_request(self, request_id: str) -> None:
         """Drops a request: its running sequences leave the KV cache (seq_rm) now."""
@@ -522,6 +567,7 @@ class LLMEngine:
             j += 1
         n_lp = max((g.req.params.logprobs for g in seqs if g.req.params.logprobs is not None), default=-1)
         t = time.perf_counter()
+        logits = self._constrain(logits, sb, seqs)
         toks, lp, top_id, top_lp = sample(logits, sb, n_logprobs=n_lp, n_threads=self.n_threads)
         self.statistics.sample_s += time.perf_counter() - t
         now = time.perf_counter()
@@ -570,12 +616,35 @@ class LLMEngine:
             seqs.append(s)
         return j + len(d) + 1
 
+    @staticmethod
+    def _constrain(logits: np.ndarray, sb: SampleBatch, seqs: List[_Seq]) -> np.ndarray:
+        """Rows of grammar-constrained sequences: a copy of their logits row with the tokens their grammar
+        state does not allow at -inf (one C call each), appended after the decoded rows; sb points at them."""
+        gi = [i for i, g in enumerate(seqs) if g.gstate is not None]
+        if not gi:
+            return logits
+        n = logits.shape[0]
+        ext = np.empty((n + len(gi), logits.shape[1]), np.float32)
+        ext[:n] = logits
+        for k, i in enumerate(gi):
+            ext[n + k] = logits[sb.row[i]]
+            seqs[i].gstate.apply(ext[n + k])
+            sb.row[i] = n + k
+        return ext
+
     def _on_token(self, s: _Seq, token: int, info: Optional[dict]) -> None:
         p = s.req.params
         tok = self.tokenizer
         if tok is not None and not p.ignore_eos and tok.is_eog(token):
             self._finish(s, "stop")
             return
+        if s.gstate is not None and not (tok is not None and tok.is_eog(token)):
+            from ubatch.grammar import GrammarRejected
+            try:
+                s.gstate.accept(token)
+            except GrammarRejected:              # llama.cpp would throw here: the completion ends
+                self._finish(s, "stop")
+                return
         s.generated.append(token)
         s.d_tok.append(token)
         if info is not None:

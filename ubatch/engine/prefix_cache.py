@@ -25,8 +25,8 @@ running sequence that has not computed them yet waits for it (its chunks are cap
 L), then takes them by seq_cp: 32 clients sharing a 1,000-token system prompt compute it once.
 
 Sliding-window models (iSWA, Gemma 3): a prefix of L tokens is reused only when the sliding cache still holds the
-window of position L (positions L - n_swa + 1 .. L - 1) for the source sequence; otherwise the request takes a
-shorter usable match, or none. See docs/engine.md (prefix caching) for what that means for Gemma.
+window of position L (positions L - n_swa + 1 .. L - 1) for the source sequence; otherwise the request takes
+another source whose window is intact, or none. See docs/engine.md (prefix caching) for what that means for Gemma.
 
 The index (which sequence holds which prefix) is the block-hash map of prefix_index.py.
 """

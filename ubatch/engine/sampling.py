@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -63,6 +63,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0          # minus count x this, for tokens in the penalty window
     presence_penalty: float = 0.0           # minus this, for tokens in the penalty window
     logit_bias: Optional[Dict[int, float]] = None   # token id -> added to its logit first (-inf bans it)
+    grammar: Any = None                     # GBNF text, a ubatch.grammar.Grammar or a LlamaGrammar: constrains
+    json_schema: Any = None                 # a JSON schema (dict or JSON text): converted to GBNF, constrains
+    grammar_prefix: Optional[str] = None    # text the constrained output starts with, already in the prompt
     speculative: bool = True                # with an engine draft: False decodes this request without draft rows
 
     @property
@@ -110,6 +113,16 @@ class SamplingParams:
                     raise ValueError(f"logit_bias[{t}] must be a finite number or -inf, got {b!r}")
                 bias[t] = float(b)
             p.logit_bias = bias or None
+        if p.grammar is not None and p.json_schema is not None:
+            raise ValueError("grammar and json_schema are exclusive: give one")
+        if p.grammar is not None and not (isinstance(p.grammar, (str, bytes)) or hasattr(p.grammar, "_grammar")
+                                          or type(p.grammar).__name__ == "Grammar"):
+            raise ValueError(f"grammar must be GBNF text, a ubatch.grammar.Grammar or a LlamaGrammar, got "
+                             f"{type(p.grammar).__name__}")
+        if p.grammar_prefix is not None and not isinstance(p.grammar_prefix, str):
+            raise ValueError(f"grammar_prefix must be a str, got {type(p.grammar_prefix).__name__}")
+        if p.json_schema is not None and not isinstance(p.json_schema, (dict, str, bool)):
+            raise ValueError(f"json_schema must be a dict or JSON text, got {type(p.json_schema).__name__}")
         return p
 
 

@@ -22,16 +22,24 @@ class SeqSpec:
     """A sequence's speculation state: its token history (prompt + generated, grown in place), acceptance
     rate, the draft of the current step and a proposal not submitted (to learn the acceptance from)."""
 
-    __slots__ = ("hist", "n_hist", "acc", "draft", "n_real", "pending", "pending_at")
+    __slots__ = ("hist", "n_hist", "accs", "key", "draft", "n_real", "pending", "pending_at", "pending_key")
 
     def __init__(self) -> None:
         self.hist = np.zeros(64, np.int32)
         self.n_hist = 0
-        self.acc = Acceptance()
+        self.accs: Dict[int, Acceptance] = {}      # acceptance rate per proposal kind (prompt lookup: n-gram size)
+        self.key = 0
         self.draft: Optional[np.ndarray] = None
         self.n_real = 0
         self.pending: Optional[np.ndarray] = None
         self.pending_at = 0
+        self.pending_key = 0
+
+    def acc(self, key: int) -> Acceptance:
+        a = self.accs.get(key)
+        if a is None:
+            a = self.accs[key] = Acceptance()
+        return a
 
     def sync(self, s) -> np.ndarray:
         n = s.n_tokens
@@ -83,7 +91,7 @@ class EngineSpeculator:
             return
         neq = np.flatnonzero(prop[:n] != new[:n])
         m = int(neq[0]) if neq.size else n
-        sp.acc.update(m, len(prop) if neq.size else m)
+        sp.acc(sp.pending_key).update(m, len(prop) if neq.size else m)
 
     def plan(self, dec: List, prompt_rows: int) -> None:
         """Sets s.spec.draft (int32 array, possibly padded) for every sequence of dec that drafts this step."""
@@ -137,10 +145,16 @@ class EngineSpeculator:
         lengths = caps.copy()
         props: Dict[int, np.ndarray] = {}
         if drafter.cheap:
-            for i, prop in zip(idx, drafter.propose(items)):
+            got = drafter.propose(items)
+            keys = getattr(drafter, "keys", None) or [0] * len(got)
+            for i, prop, key in zip(idx, got, keys):
                 props[i] = prop
                 lengths[i] = len(prop)
-        alpha = np.array([dec[i].spec.acc.alpha if caps[i] > 0 else 0.0 for i in range(B)])
+                dec[i].spec.key = key
+        else:
+            for i in idx:
+                dec[i].spec.key = 0
+        alpha = np.array([dec[i].spec.acc(dec[i].spec.key).alpha if caps[i] > 0 else 0.0 for i in range(B)])
         depths = plan_depths(alpha, np.minimum(caps, room_total // B if common else room_total), a=self.cost.a,
                              b=self.cost.b,
                              base_rows=B + prompt_rows, base_value=B + prompt_rows, n_ubatch=ctx.n_ubatch,
@@ -151,7 +165,7 @@ class EngineSpeculator:
             for i in idx:
                 if depths[i] == 0 and len(props[i]):
                     sp = dec[i].spec
-                    sp.pending, sp.pending_at = props[i].copy(), sp.n_hist
+                    sp.pending, sp.pending_at, sp.pending_key = props[i].copy(), sp.n_hist, sp.key
         elif depths.any():
             want = [k for k, i in enumerate(idx) if depths[i] > 0]
             got = drafter.propose([(items[k][0], items[k][1], int(depths[idx[k]])) for k in want])
@@ -239,7 +253,7 @@ class EngineSpeculator:
             eng._kv.seq_rm(s.seq_id, s.n_past, -1)
         real = sp.n_real
         if real:
-            sp.acc.update(min(m, real), real)
+            sp.acc(sp.key).update(min(m, real), real)
         self.draft_rows += k
         self.draft_tokens += real
         self.accepted += min(m, real)

@@ -33,21 +33,23 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch.llama_cpp.llama_speculative import prompt_lookup
+from ubatch.llama_cpp.llama_speculative import prompt_lookup_ngram
 
 DEFAULT_DRAFT_MAX = 16
-DEFAULT_NGRAM = 3
+DEFAULT_NGRAM = 8
 
 
 # ---------------------------------------------------------------------------------------------- drafters
 class PromptLookupDrafter:
     """Prompt lookup: the tokens that followed the earliest (latest=True: most recent) earlier occurrence of
-    the last n-gram of the history, n = max_ngram_size down to 1, at most num_pred_tokens of them."""
+    the last n-gram of the history, n = max_ngram_size down to 1, at most num_pred_tokens of them. The engine's
+    default looks for the longest match up to 8 tokens, most recent first; `keys` (after propose) are the
+    matched n-gram sizes, by which the acceptance rate is kept (a long match is copied far more often)."""
 
     cheap = True            # proposals cost nothing: computed every step, also to learn the acceptance rate
 
     def __init__(self, max_ngram_size: int = DEFAULT_NGRAM, num_pred_tokens: int = DEFAULT_DRAFT_MAX,
-                 latest: bool = False) -> None:
+                 latest: bool = True) -> None:
         for name, v in (("max_ngram_size", max_ngram_size), ("num_pred_tokens", num_pred_tokens)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"prompt lookup: {name} must be an int >= 1, got {v!r}")
@@ -55,13 +57,15 @@ class PromptLookupDrafter:
         self.num_pred_tokens = int(num_pred_tokens)
         self.latest = bool(latest)
         self.depth_cost = 0.0
+        self.keys: List[int] = []
 
     def propose(self, items: Sequence[Tuple[int, np.ndarray, int]]) -> List[np.ndarray]:
         """items: (seq id, history int32[n], at most this many tokens); one int32 array per item."""
-        out = []
+        out, self.keys = [], []
         for _, hist, cap in items:
-            sl = prompt_lookup(hist, self.max_ngram_size, min(self.num_pred_tokens, cap), self.latest)
+            sl, g = prompt_lookup_ngram(hist, self.max_ngram_size, min(self.num_pred_tokens, cap), self.latest)
             out.append(hist[sl])
+            self.keys.append(g)
         return out
 
     def release(self, seq_id: int) -> None:
@@ -236,7 +240,7 @@ def make_drafter(draft, *, n_vocab: int, n_seq_max: int = 1, n_ctx_seq: int = 40
         return PromptLookupDrafter(num_pred_tokens=draft_max)
     if hasattr(draft, "find_candidate_pred_tokens") and hasattr(draft, "max_ngram_size") and \
             hasattr(draft, "num_pred_tokens") and type(draft).__call__ is _pld_call(draft):
-        return PromptLookupDrafter(draft.max_ngram_size, draft.num_pred_tokens)
+        return PromptLookupDrafter(draft.max_ngram_size, draft.num_pred_tokens, latest=False)
     if isinstance(draft, (str, os.PathLike)) or hasattr(draft, "n_vocab") and hasattr(draft, "n_embd"):
         return ModelDrafter(draft, n_vocab=n_vocab, n_seq_max=n_seq_max, n_ctx_seq=n_ctx_seq, n_batch=n_batch,
                             n_threads=n_threads, draft_max=draft_max, tokenizer=tokenizer)

@@ -203,7 +203,8 @@ class CompletionRun:
                              tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                              mirostat_eta=mirostat_eta, frequency_penalty=frequency_penalty,
                              presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-                             stopping_criteria=stopping_criteria, logits_processor=self.prep.logits_processor)
+                             stopping_criteria=stopping_criteria, logits_processor=self.prep.logits_processor,
+                             grammar=grammar)
 
     def _cache_lookup(self) -> None:
         llm, prep = self.llm, self.prep

@@ -245,8 +245,22 @@ class LlamaSampler:
                                                  penalty_present))
 
     def add_grammar(self, model, grammar):
-        raise NotImplementedError("grammar-constrained sampling (LlamaGrammar / GBNF) is not implemented in "
-                                  "ubatch.llama_cpp")
+        if not isinstance(getattr(grammar, "_grammar", None), str):
+            raise TypeError(f"grammar must be a LlamaGrammar, got {type(grammar).__name__}")
+        s = L.llama_sampler_init_grammar(model.vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8"))
+        if not s:
+            raise ValueError("add_grammar: llama.cpp's parser rejects this grammar")
+        self._add(s)
+
+    def add_grammar_lazy_patterns(self, model, grammar, trigger_patterns, trigger_tokens):
+        pats = (ctypes.c_char_p * len(trigger_patterns))(*[p.encode("utf-8") for p in trigger_patterns])
+        toks = (ctypes.c_int32 * len(trigger_tokens))(*trigger_tokens)
+        s = L.llama_sampler_init_grammar_lazy_patterns(model.vocab, grammar._grammar.encode("utf-8"),
+                                                       grammar._root.encode("utf-8"), pats, len(trigger_patterns),
+                                                       toks, len(trigger_tokens))
+        if not s:
+            raise ValueError("add_grammar_lazy_patterns: llama.cpp's parser rejects this grammar")
+        self._add(s)
 
     def add_custom(self, apply_func):
         """A custom sampler whose apply calls apply_func(POINTER(llama_token_data_array))."""

@@ -185,10 +185,48 @@ def _missing(name: str, what: str):
     return fn
 
 
-llama_sampler_init_grammar = _missing("llama_sampler_init_grammar", "grammar-constrained sampling (GBNF)")
-llama_sampler_init_grammar_lazy = _missing("llama_sampler_init_grammar_lazy", "grammar-constrained sampling (GBNF)")
-llama_sampler_init_grammar_lazy_patterns = _missing("llama_sampler_init_grammar_lazy_patterns",
-                                                    "grammar-constrained sampling (GBNF)")
+def _grammar(vocab, grammar_str, grammar_root, lazy=False, patterns=(), tokens=()):
+    """A grammar sampler, or NULL (None) for a grammar llama.cpp rejects (the reason is logged)."""
+    from ubatch.grammar import GrammarError
+    from ubatch.llama_cpp._grammar_sampler import GrammarSampler
+    from ubatch.llama_cpp._handles import REGISTRY
+    v = REGISTRY.find(vocab, "vocab")
+    if v is None:
+        raise ValueError("llama_sampler_init_grammar: not a vocab handle")
+    try:
+        return _new(GrammarSampler(v, grammar_str or b"", grammar_root or b"root", lazy, patterns, tokens))
+    except GrammarError as e:
+        _log.log(4, f"llama_grammar_init_impl: {e}\n")
+        return None
+
+
+def _strings(arr, n):
+    return [arr[i] for i in range(n)] if arr and n else []
+
+
+def _ids(arr, n):
+    return [int(arr[i]) for i in range(n)] if arr and n else []
+
+
+@cfunc([_vp, ctypes.c_char_p, ctypes.c_char_p], _SP)
+def llama_sampler_init_grammar(vocab, grammar_str, grammar_root):
+    return _grammar(vocab, grammar_str, grammar_root)
+
+
+@cfunc([_vp, ctypes.c_char_p, ctypes.c_char_p, _P(ctypes.c_char_p), _sz, _P(ctypes.c_int32), _sz], _SP)
+def llama_sampler_init_grammar_lazy(vocab, grammar_str, grammar_root, trigger_words, num_trigger_words,
+                                    trigger_tokens, num_trigger_tokens):
+    from ubatch.llama_cpp._grammar_sampler import _trigger_words_pattern
+    words = [w for w in _strings(trigger_words, num_trigger_words) if w is not None]
+    pats = [_trigger_words_pattern(words)] if words else []
+    return _grammar(vocab, grammar_str, grammar_root, True, pats, _ids(trigger_tokens, num_trigger_tokens))
+
+
+@cfunc([_vp, ctypes.c_char_p, ctypes.c_char_p, _P(ctypes.c_char_p), _sz, _P(ctypes.c_int32), _sz], _SP)
+def llama_sampler_init_grammar_lazy_patterns(vocab, grammar_str, grammar_root, trigger_patterns,
+                                             num_trigger_patterns, trigger_tokens, num_trigger_tokens):
+    pats = [p for p in _strings(trigger_patterns, num_trigger_patterns) if p is not None]
+    return _grammar(vocab, grammar_str, grammar_root, True, pats, _ids(trigger_tokens, num_trigger_tokens))
 llama_sampler_init_infill = _missing("llama_sampler_init_infill", "the infill sampler")
 llama_sampler_init_adaptive_p = _missing("llama_sampler_init_adaptive_p", "the adaptive-p sampler")
 

@@ -22,6 +22,7 @@ from ubatch.llama_cpp import llama_cpp
 from ubatch.llama_cpp import llama_chat_format
 from ubatch.llama_cpp._completion import CompletionRun
 from ubatch.llama_cpp.llama_cache import token_prefix
+from ubatch.llama_cpp.llama_grammar import LlamaGrammar
 from ubatch.llama_cpp.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache  # noqa: F401
 from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (llama_cpp.llama re-exports the types, as 0.3.36)
 from ubatch.llama_cpp._logger import set_verbose  # noqa: F401
@@ -66,21 +67,6 @@ class LlamaState:
     def __init__(self, input_ids, scores, n_tokens: int, llama_state, llama_state_size: int, seed: int) -> None:
         self.input_ids, self.scores, self.n_tokens = input_ids, scores, n_tokens
         self.llama_state, self.llama_state_size, self.seed = llama_state, llama_state_size, seed
-
-
-class LlamaGrammar:
-    @classmethod
-    def from_string(cls, grammar: str, verbose: bool = True):
-        raise NotImplementedError("LlamaGrammar: grammar-constrained sampling (GBNF) is not implemented in "
-                                  "ubatch.llama_cpp")
-
-    @classmethod
-    def from_file(cls, file, verbose: bool = True):
-        cls.from_string("")
-
-    @classmethod
-    def from_json_schema(cls, json_schema: str, verbose: bool = True):
-        cls.from_string("")
 
 
 class LlamaTokenizer:
@@ -193,6 +179,10 @@ class Llama:
 
         from ubatch.llama_cpp._context import check_rope
         check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
+        for name in ("type_k", "type_v"):
+            if int(getattr(cp, name)) not in (0, 1):
+                raise NotImplementedError(f"Llama({name}={int(getattr(cp, name))}): ubatch keeps the KV cache in f16 "
+                                          f"(GGML_TYPE_F16 = 1) or f32 (0); quantised KV types are not implemented")
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()
@@ -495,11 +485,8 @@ class Llama:
                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                     stopping_criteria=stopping_criteria, logits_processor=logits_processor, grammar=grammar,
                     logit_bias=logit_bias)
-        if grammar is not None:
-            raise NotImplementedError("create_completion(grammar=...): grammar-constrained sampling is not "
-                                      "implemented in ubatch.llama_cpp")
         multi = isinstance(prompt, list) and len(prompt) > 0 and not isinstance(prompt[0], (int, np.integer))
-        single_only = args.get("logprobs") is not None
+        single_only = args.get("logprobs") is not None or args.get("grammar") is not None
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
             if stream:

@@ -10,6 +10,8 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403,E402  (llama_cpp.llama_cache re-exports them, as 0.3.36)
+
 
 def token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens a and b share (one vectorised comparison, not a loop per token)."""

@@ -34,17 +34,23 @@ def _int32_history(input_ids) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def prompt_lookup(input_ids, max_ngram_size: int, num_pred_tokens: int, latest: bool = False) -> slice:
-    """The slice of input_ids that LlamaPromptLookupDecoding proposes (empty slice: no candidate); latest picks
-    the most recent occurrence of the n-gram instead of the earliest."""
+def prompt_lookup_ngram(input_ids, max_ngram_size: int, num_pred_tokens: int, latest: bool = False):
+    """(slice of input_ids that prompt lookup proposes, the n-gram size that matched); (empty slice, 0) when
+    there is no candidate. latest picks the most recent occurrence of the n-gram instead of the earliest."""
     a = _int32_history(input_ids)
     start = ffi.new("int64_t *")
+    g = ffi.new("int32_t *")
     n = lib.ub_ngram_lookup(ffi.from_buffer("int32_t[]", a) if a.size else ffi.NULL, a.size,
                             int(max(min(max_ngram_size, 2 ** 31 - 1), -1)),
-                            int(max(min(num_pred_tokens, 2 ** 31 - 1), -1)), 1 if latest else 0, start)
+                            int(max(min(num_pred_tokens, 2 ** 31 - 1), -1)), 1 if latest else 0, start, g)
     if n < 0:
         raise ValueError("prompt lookup: invalid arguments")
-    return slice(int(start[0]), int(start[0]) + int(n))
+    return slice(int(start[0]), int(start[0]) + int(n)), int(g[0])
+
+
+def prompt_lookup(input_ids, max_ngram_size: int, num_pred_tokens: int, latest: bool = False) -> slice:
+    """The slice of input_ids that LlamaPromptLookupDecoding proposes (empty slice: no candidate)."""
+    return prompt_lookup_ngram(input_ids, max_ngram_size, num_pred_tokens, latest)[0]
 
 
 class LlamaDraftModel(abc.ABC):
@@ -73,4 +79,4 @@ class LlamaPromptLookupDecoding(LlamaDraftModel):
                                                num_pred_tokens=self.num_pred_tokens)
 
 
-__all__ = ["LlamaDraftModel", "LlamaPromptLookupDecoding", "prompt_lookup"]
+__all__ = ["LlamaDraftModel", "LlamaPromptLookupDecoding", "prompt_lookup", "prompt_lookup_ngram"]

@@ -23,6 +23,8 @@ import sys
 import types
 import typing
 
+import typing_extensions
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import conversations as C  # noqa: E402
@@ -147,7 +149,7 @@ def record_types():
         if isinstance(v, types.ModuleType) or getattr(v, "__module__", None) in ("typing", "typing_extensions") \
                 and name in ("Any", "List", "Optional", "Dict", "Union", "TypedDict", "NotRequired", "Literal"):
             continue
-        if typing.is_typeddict(v):
+        if typing_extensions.is_typeddict(v):          # (typing.is_typeddict misses typing_extensions' kind)
             hints = typing.get_type_hints(v)
             out[name] = {"kind": "TypedDict", "class": v.__name__, "fields": list(v.__annotations__),
                          "required": sorted(v.__required_keys__), "optional": sorted(v.__optional_keys__),
