@@ -56,3 +56,22 @@ def test_hooks_in_the_batched_path_equal_single_calls(byte_vocab):
     assert [c["finish_reason"] for c in r["choices"]] == ["stop", "stop"]
     with pytest.raises(NotImplementedError, match="logprobs"):
         par.create_completion(prompts, max_tokens=2, logprobs=1)
+
+
+def test_stream_several_prompts_and_n(byte_vocab):
+    """stream=True with several prompts or n > 1 (ubatch's batched path): chunks carry their choice's index, one
+    id for the call, and each index's texts join to the non-streamed choice; every index ends with its finish."""
+    par = L.Llama(TINY_LLAMA_PATH, n_ctx=512, n_seq_max=4, verbose=False)
+    for prompts, n, kw in ((["abc", "hello"], 1, {}), ("abc", 3, {"temperature": 0.9, "seed": 5}),
+                           (["abc", "xy"], 2, {"stop": ["q"], "temperature": 0.0})):
+        kw.setdefault("temperature", 0.0)
+        full = par.create_completion(prompts, max_tokens=6, n=n, **kw)
+        chunks = list(par.create_completion(prompts, max_tokens=6, n=n, stream=True, **kw))
+        assert len({c["id"] for c in chunks}) == 1
+        k = len(full["choices"])
+        texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"][0]["index"] == i) for i in range(k)]
+        assert texts == [c["text"] for c in full["choices"]], (prompts, n, kw)
+        finishes = [c["choices"][0] for c in chunks if c["choices"][0]["finish_reason"] is not None]
+        assert sorted(f["index"] for f in finishes) == list(range(k))
+        assert [f["finish_reason"] for f in sorted(finishes, key=lambda f: f["index"])] == \
+            [c["finish_reason"] for c in full["choices"]]

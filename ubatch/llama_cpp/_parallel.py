@@ -35,6 +35,8 @@ class _Choice:
         self.tail: List[int] = []   # tokens decoded after the prompt (what its KV holds beyond it)
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
+        self.index = k           # its index among the call's choices
+        self.returned = 0        # tokens already streamed
 
     def input_ids(self):
         """What the context holds for this choice: its prompt and the tokens decoded after it (intc)."""
@@ -55,6 +57,7 @@ class _Group:
     def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool, stopping_criteria=None) -> None:
         self.llm, self.prep, self.sampling, self.echo = llm, prep, sampling, echo
         self.stopping_criteria = stopping_criteria
+        self.stream = None
         self.choices = [_Choice(self, k) for k in range(n)]
         self.fed = 0                       # prompt tokens decoded so far (into choices[0].seq)
         self.forked = False
@@ -64,6 +67,7 @@ class _Call:
     def __init__(self, groups: List[_Group]) -> None:
         self.groups = groups
         self.future: Future = Future()
+        self.stream = None            # a queue of chunks when the caller streams
 
 
 class ParallelRunner:
@@ -114,6 +118,8 @@ class ParallelRunner:
                 for c in self.calls + self.waiting:
                     if not c.future.done():
                         c.future.set_exception(e)
+                    if c.stream is not None:
+                        c.stream.put(None)
                 self._clear_all()
 
     def _clear_all(self) -> None:
@@ -212,10 +218,14 @@ class ParallelRunner:
                     self._finish(t)
                 elif t.state.feed(tok):
                     self._finish(t)
+                elif g.stream is not None and t.state._multibyte == 0:
+                    _emit_ready(t)
         self._retire()
 
     def _finish(self, c: _Choice) -> None:
         c.done = True
+        if c.group.stream is not None:
+            _emit_rest(c)
         if self.prefix is not None and c.n_past > 0:
             toks = (list(c.group.prep.tokens) + c.tail)[:c.n_past]
             self.prefix.store(c.seq, toks)       # its cells stay as a cached prefix (or are freed)
@@ -231,6 +241,38 @@ class ParallelRunner:
             if all(c.done for g in call.groups for c in g.choices):
                 self.calls.remove(call)
                 call.future.set_result(_response(call))
+                if call.stream is not None:
+                    call.stream.put(None)
+
+
+class _View:
+    """What CompletionRun's stream helpers read (llm, prep) for one choice."""
+
+    def __init__(self, c: _Choice) -> None:
+        self.llm, self.prep = c.group.llm, c.group.prep
+
+
+def _chunk(c: _Choice, text: str, finish) -> Dict[str, Any]:
+    from ubatch.llama_cpp._completion import chunk
+    return chunk(c.group.prep, text, finish, None, c.index)
+
+
+def _emit_ready(c: _Choice) -> None:
+    """Streams the text of c that can go out now (whole characters, no possible start of a stop string): the
+    single path's rule (CompletionRun._stream_ready)."""
+    from ubatch.llama_cpp._completion import CompletionRun
+    out, c.returned = CompletionRun._stream_ready(_View(c), c.state, c.returned)
+    for ch in out:
+        ch["choices"][0]["index"] = c.index
+        c.group.stream.put(ch)
+
+
+def _emit_rest(c: _Choice) -> None:
+    llm, prep, st = c.group.llm, c.group.prep, c.state
+    rest = st.text[len(llm.detokenize(st.tokens[:c.returned], prev_tokens=prep.tokens)):] if c.returned else st.text
+    if rest:
+        c.group.stream.put(_chunk(c, rest.decode("utf-8", errors="ignore"), None))
+    c.group.stream.put(_chunk(c, "", st.finish))
 
 
 def _prefix_for(llm, n_seq: int):
@@ -266,7 +308,7 @@ def _response(call: _Call) -> Dict[str, Any]:
     return out
 
 
-def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dict[str, Any]:
+def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any], stream: bool = False):
     for key, what in (("logprobs", "logprobs"),):
         if args.get(key) is not None:
             raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
@@ -285,7 +327,29 @@ def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dic
         if llm._parallel is None:
             llm._parallel = ParallelRunner(llm)
         runner = llm._parallel
+    index = 0
     for g in groups:
         for c in g.choices:
             c.row = -1
-    return runner.submit(_Call(groups))
+            c.index, index = index, index + 1
+    call = _Call(groups)
+    if stream:
+        return _stream_call(runner, call)
+    return runner.submit(call)
+
+
+def _stream_call(runner: "ParallelRunner", call: _Call):
+    """The chunks of every choice as the worker produces them (llama-cpp-python's stream chunks, each with its
+    choice's index); ends after the last choice's finish chunk."""
+    call.stream = queue.Queue()
+    first = call.groups[0].prep
+    for g in call.groups:
+        g.stream = call.stream
+        g.prep.id, g.prep.created = first.id, first.created      # one completion id for the call's chunks
+    runner.queue.put(call)
+    while True:
+        item = call.stream.get()
+        if item is None:
+            break
+        yield item
+    call.future.result()              # re-raises what failed the call in the worker
