@@ -54,7 +54,7 @@ def test_hooks_in_the_batched_path_equal_single_calls(byte_vocab):
     r = par.create_completion(prompts, max_tokens=6, temperature=0.0,
                               stopping_criteria=L.StoppingCriteriaList([stop_after_3]))
     assert [c["finish_reason"] for c in r["choices"]] == ["stop", "stop"]
-    with pytest.raises(NotImplementedError, match="logprobs"):
+    with pytest.raises(ValueError, match="logits_all"):          # as the single path: logprobs needs logits_all
         par.create_completion(prompts, max_tokens=2, logprobs=1)
 
 
@@ -75,3 +75,25 @@ def test_stream_several_prompts_and_n(byte_vocab):
         assert sorted(f["index"] for f in finishes) == list(range(k))
         assert [f["finish_reason"] for f in sorted(finishes, key=lambda f: f["index"])] == \
             [c["finish_reason"] for c in full["choices"]]
+
+
+def test_logprobs_in_the_batched_path(byte_vocab):
+    """logprobs=k with several prompts / n > 1 (logits_all=True, as the single path requires): each choice's
+    entry equals the single call's (echo and stream raise there)."""
+    single = L.Llama(TINY_LLAMA_PATH, n_ctx=256, verbose=False, logits_all=True)
+    par = L.Llama(TINY_LLAMA_PATH, n_ctx=512, n_seq_max=4, verbose=False, logits_all=True)
+    prompts = ["abc", "hello"]
+    expect = [single.create_completion(p, max_tokens=5, temperature=0.0, logprobs=3)["choices"][0] for p in prompts]
+    got = par.create_completion(prompts, max_tokens=5, temperature=0.0, logprobs=3)["choices"]
+    for e, g in zip(expect, got):
+        assert g["text"] == e["text"]
+        assert g["logprobs"]["tokens"] == e["logprobs"]["tokens"]
+        assert g["logprobs"]["text_offset"] == e["logprobs"]["text_offset"]
+        assert g["logprobs"]["top_logprobs"] == e["logprobs"]["top_logprobs"]
+        assert g["logprobs"]["token_logprobs"] == e["logprobs"]["token_logprobs"]
+    two = par.create_completion("abc", max_tokens=5, temperature=0.0, logprobs=2, n=2)["choices"]
+    assert two[0]["logprobs"] == two[1]["logprobs"] and two[0]["logprobs"]["tokens"] == expect[0]["logprobs"]["tokens"]
+    for kw in ({"echo": True}, {"stream": True}):
+        with pytest.raises(NotImplementedError, match="logprobs"):
+            r = par.create_completion(prompts, max_tokens=2, logprobs=1, **kw)
+            list(r) if kw.get("stream") else r

@@ -36,6 +36,7 @@ class _Choice:
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
         self.index = k           # its index among the call's choices
+        self.rows: list = []     # logprobs: the logits row each completion token was sampled from
         self.returned = 0        # tokens already streamed
 
     def input_ids(self):
@@ -216,10 +217,16 @@ class ParallelRunner:
                     t.state.text = llm.detokenize(t.state.tokens, prev_tokens=g.prep.tokens)
                     t.state.finish = "stop"          # the criterion's token is not part of the completion
                     self._finish(t)
-                elif t.state.feed(tok):
-                    self._finish(t)
-                elif g.stream is not None and t.state._multibyte == 0:
-                    _emit_ready(t)
+                else:
+                    if g.prep.logprobs is not None:
+                        t.rows.append(_logits_row(llm, row))
+                    if t.state.feed(tok):
+                        self._finish(t)
+                        continue
+                    if g.stream is not None and t.state._multibyte == 0:
+                        _emit_ready(t)
+                    continue
+
         self._retire()
 
     def _finish(self, c: _Choice) -> None:
@@ -299,7 +306,13 @@ def _response(call: _Call) -> Dict[str, Any]:
             if g.echo:
                 p = g.prep.prompt
                 text = (p if isinstance(p, str) else g.llm.detokenize(list(p)).decode("utf-8", "ignore")) + text
-            choices.append({"text": text, "index": len(choices), "logprobs": None,
+            lp = None
+            if g.prep.logprobs is not None:
+                import numpy as np
+                from ubatch.llama_cpp._completion import logprobs_block
+                rows = np.stack(c.rows) if c.rows else np.zeros((0, g.llm._n_vocab), np.float32)
+                lp = logprobs_block(g.llm, g.prep, c.state, False, None, rows=rows)
+            choices.append({"text": text, "index": len(choices), "logprobs": lp,
                             "finish_reason": c.state.finish})
             n_completion += len(c.state.tokens)
     out = final(call.groups[0].prep, choices, n_completion)
@@ -309,15 +322,14 @@ def _response(call: _Call) -> Dict[str, Any]:
 
 
 def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any], stream: bool = False):
-    for key, what in (("logprobs", "logprobs"),):
-        if args.get(key) is not None:
-            raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
-                                      f"(the batched path)")
+    if args.get("logprobs") is not None and (stream or args.get("echo")):
+        raise NotImplementedError("create_completion(logprobs=...) with stream=True or echo=True in the batched path "
+                                  "(several prompts, n > 1 or n_seq_max > 1)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     sampling = {k: args[k] for k in _SAMPLING_KEYS}
     prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model", "logit_bias",
-                                          "logits_processor")}
+                                          "logits_processor", "logprobs")}
     groups = []
     for p in prompts:
         prep = Prepared(llm, p, **prep_args)
