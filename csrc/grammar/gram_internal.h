@@ -77,6 +77,7 @@ struct ub_grammar {
     /* transitions (set, code point >= 128) -> set */
     uint64_t *tr_key; int32_t *tr_val; int64_t tr_n, tr_cap;
     int64_t mask_bytes;
+    int no_mask_cache;                   /* benchmarks: every apply walks the trie */
     int32_t init_set;
     /* scratch of advance */
     int32_t *seen; int64_t seen_cap; int32_t seen_gen;
