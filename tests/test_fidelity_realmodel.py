@@ -33,3 +33,30 @@ def test_instrument_on_issue28_prompt():
     clear = np.asarray(r["ref_margin"]) > 2 * e_ns.max()
     assert clear.any()
     assert (np.asarray(r["argmax_ub"])[clear] == np.asarray(r["argmax_ref"])[clear]).all()
+
+
+@pytest.mark.parametrize("model, tokens", [
+    ("qwen2.5-0.5b", [151644, 785, 750, 2610, 198, 872, 13, 9834, 45764, 77091, 151645, 11]),
+    ("gemma3-270m", [2, 2063, 563, 236779, 2497, 236769, 236749, 107, 106, 2364, 1645, 3617]),
+])
+def test_reference_graph_exact_on_single_tokens(model, tokens):
+    """The reference's qwen2 / gemma3 graphs, checked where no rounding flips: each token alone (position 0,
+    one sequence each, decoded together). A row where no float32 difference crossed a rounding boundary
+    agrees with ubatch to float32 rounding (measured: 2-8e-6, as llama.cpp's 1-token rows do); the others
+    are a flip away (0.06-5). A wrong graph (a norm, a scale, a bias, the GELU table) would leave no row
+    within 1e-4."""
+    import ubatch
+    from ubatch import Batch
+    from ubatch.model import fetch
+    from ubatch.testing.reference import RefModel, forward
+    path = fetch.path(model)
+    n = len(tokens)
+    ctx = ubatch.Context(ubatch.Model.from_gguf(path), n_ctx=512, n_batch=512, n_ubatch=512, n_seq_max=n,
+                         n_threads=2)
+    assert ctx.decode(Batch.from_arrays(tokens=tokens, pos=[0] * n, seq_ids=[[s] for s in range(n)],
+                                        output=[1] * n)) == 0
+    ub = np.stack([ctx.get_logits_ith(i) for i in range(n)])
+    ref = forward(RefModel(str(path)), tokens, mode="emulate", kv="f32", pos=[0] * n, seq=list(range(n)))
+    d = np.abs(ub - ref).max(axis=1)
+    print(model, np.array2string(d, precision=2))
+    assert (d < 1e-4).sum() >= 2, d

@@ -54,5 +54,46 @@ def test_hooks_in_the_batched_path_equal_single_calls(byte_vocab):
     r = par.create_completion(prompts, max_tokens=6, temperature=0.0,
                               stopping_criteria=L.StoppingCriteriaList([stop_after_3]))
     assert [c["finish_reason"] for c in r["choices"]] == ["stop", "stop"]
-    with pytest.raises(NotImplementedError, match="logprobs"):
+    with pytest.raises(ValueError, match="logits_all"):          # as the single path: logprobs needs logits_all
         par.create_completion(prompts, max_tokens=2, logprobs=1)
+
+
+def test_stream_several_prompts_and_n(byte_vocab):
+    """stream=True with several prompts or n > 1 (ubatch's batched path): chunks carry their choice's index, one
+    id for the call, and each index's texts join to the non-streamed choice; every index ends with its finish."""
+    par = L.Llama(TINY_LLAMA_PATH, n_ctx=512, n_seq_max=4, verbose=False)
+    for prompts, n, kw in ((["abc", "hello"], 1, {}), ("abc", 3, {"temperature": 0.9, "seed": 5}),
+                           (["abc", "xy"], 2, {"stop": ["q"], "temperature": 0.0})):
+        kw.setdefault("temperature", 0.0)
+        full = par.create_completion(prompts, max_tokens=6, n=n, **kw)
+        chunks = list(par.create_completion(prompts, max_tokens=6, n=n, stream=True, **kw))
+        assert len({c["id"] for c in chunks}) == 1
+        k = len(full["choices"])
+        texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"][0]["index"] == i) for i in range(k)]
+        assert texts == [c["text"] for c in full["choices"]], (prompts, n, kw)
+        finishes = [c["choices"][0] for c in chunks if c["choices"][0]["finish_reason"] is not None]
+        assert sorted(f["index"] for f in finishes) == list(range(k))
+        assert [f["finish_reason"] for f in sorted(finishes, key=lambda f: f["index"])] == \
+            [c["finish_reason"] for c in full["choices"]]
+
+
+def test_logprobs_in_the_batched_path(byte_vocab):
+    """logprobs=k with several prompts / n > 1 (logits_all=True, as the single path requires): each choice's
+    entry equals the single call's (echo and stream raise there)."""
+    single = L.Llama(TINY_LLAMA_PATH, n_ctx=256, verbose=False, logits_all=True)
+    par = L.Llama(TINY_LLAMA_PATH, n_ctx=512, n_seq_max=4, verbose=False, logits_all=True)
+    prompts = ["abc", "hello"]
+    expect = [single.create_completion(p, max_tokens=5, temperature=0.0, logprobs=3)["choices"][0] for p in prompts]
+    got = par.create_completion(prompts, max_tokens=5, temperature=0.0, logprobs=3)["choices"]
+    for e, g in zip(expect, got):
+        assert g["text"] == e["text"]
+        assert g["logprobs"]["tokens"] == e["logprobs"]["tokens"]
+        assert g["logprobs"]["text_offset"] == e["logprobs"]["text_offset"]
+        assert g["logprobs"]["top_logprobs"] == e["logprobs"]["top_logprobs"]
+        assert g["logprobs"]["token_logprobs"] == e["logprobs"]["token_logprobs"]
+    two = par.create_completion("abc", max_tokens=5, temperature=0.0, logprobs=2, n=2)["choices"]
+    assert two[0]["logprobs"] == two[1]["logprobs"] and two[0]["logprobs"]["tokens"] == expect[0]["logprobs"]["tokens"]
+    for kw in ({"echo": True}, {"stream": True}):
+        with pytest.raises(NotImplementedError, match="logprobs"):
+            r = par.create_completion(prompts, max_tokens=2, logprobs=1, **kw)
+            list(r) if kw.get("stream") else r

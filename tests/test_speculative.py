@@ -152,14 +152,30 @@ class EchoDraft(LlamaDraftModel):
 def test_engine_identical_with_other_drafters(draft):
     ps = repetitive_prompts(5, seed=5)
     d = {"junk": JunkDraft(), "echo": EchoDraft(), "pld-object": LlamaPromptLookupDecoding(max_ngram_size=3),
-         "model": MODEL}[draft]
+         "model": TINY_LLAMA_PATH}[draft]          # a GGUF path: a second model sharing the vocabulary
     for samp in SAMPLING[:2]:
         plain, _ = _gen(None, ps, True, **samp)
         spec, eng = _gen(d, ps, True, **samp)
         assert [o.tokens for o in spec] == [o.tokens for o in plain], samp
-    if draft == "model":            # the model drafting for itself: greedy drafts are always accepted
+    if draft == "model":            # the model drafting for itself: its greedy drafts are accepted (greedy run)
         st = eng.stats()
-        assert st["draft_tokens"] > 0
+        assert st["draft_tokens"] > 0 and "draft model" in st["draft"]
+
+
+@pytest.mark.parametrize("kv_unified", [False, True], ids=["per-seq", "unified"])
+def test_the_model_as_its_own_greedy_draft_is_always_accepted(kv_unified):
+    """A draft model identical to the model, greedy: batch invariance makes every drafted token the token the
+    model then samples, so all are accepted (and the output is the plain one)."""
+    from ubatch.engine.speculative import ModelDrafter
+    d = ModelDrafter(TINY_LLAMA_PATH, n_vocab=256, n_seq_max=4, n_ctx_seq=4096, n_batch=64, n_threads=None,
+                     draft_max=16)
+    d.measure = False                      # drafting is free: the policy drafts, so this really runs
+    ps = repetitive_prompts(5, seed=13)
+    plain, _ = _gen(None, ps, kv_unified, max_tokens=40)
+    spec, eng = _gen(d, ps, kv_unified, max_tokens=40)
+    assert [o.tokens for o in spec] == [o.tokens for o in plain]
+    st = eng.stats()
+    assert st["draft_tokens"] > 40 and st["draft_accepted"] == st["draft_tokens"]
 
 
 def test_draft_model_must_share_the_vocabulary():
@@ -304,4 +320,40 @@ def test_serve_draft_option_gives_the_same_completions():
                                                     "temperature": 0, "return_token_ids": True})
                 assert r.status_code == 200, r.text
                 assert r.json()["choices"][0]["token_ids"] == w
+            r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": ps[0], "max_tokens": 32,
+                                                "temperature": 0, "return_token_ids": True, "speculative": False})
+            assert r.status_code == 200 and r.json()["choices"][0]["token_ids"] == want[0]
+            r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": ps[0], "speculative": "maybe"})
+            assert r.status_code in (400, 422) and "speculative" in r.text
         assert s.metrics()  # the server stayed up
+
+
+# ------------------------------------------------------------------------------------------ bench
+def test_bench_prompt_sets_and_report():
+    from ubatch.bench import spec_bench
+    from ubatch.cli.bench import KERNEL_BENCHES
+    code, prose = spec_bench.load_set("code"), spec_bench.load_set("prose")
+    assert len(code) == len(prose) == 8 and all("```" in c["content"] for c in code)
+    assert len({c["id"] for c in code + prose}) == 16
+    assert KERNEL_BENCHES["speculative"][0] == "ubatch.bench.spec_bench"
+    row = {k: {"tok_s": v, "decode_tok_s": v * 1.2} for k, v in
+           (("ubatch", 10.0), ("ubatch+draft", 15.0), ("llama.cpp", 10.0), ("llama.cpp+pld", 5.0))}
+    res = {"model": "m", "max_tokens": 8, "threads": 1, "llama_threads": 1, "llama_cpp": True,
+           "sets": {"code": {**row, "ubatch_draft_equals_plain": True, "llama_cpp_pld_equals_plain": "3/4"}},
+           "batched": {"n": 8, "unified": {"plain_tok_s": 10.0, "draft_tok_s": 13.0, "equal": True}}}
+    text = spec_bench.report(res)
+    assert "1.50x" in text and "3.00x" in text and "3/4" in text and "1.30x" in text
+    assert spec_bench.main(["--sets", "poetry"]) == 2
+
+
+def test_ubatch_run_draft_option_same_completions(tmp_path, capsys):
+    import json
+    from ubatch.cli import main
+    outs = []
+    for extra in ([], ["--draft", "prompt-lookup"]):
+        f = tmp_path / f"out{len(extra)}.jsonl"
+        assert main(["run", "--model", "tiny-llama", "--requests", "6", "--parallel", "3", "--no-progress",
+                     "--temperature", "0", "--out", str(f)] + extra) == 0
+        outs.append([(r["request"], r["tokens"]) for r in map(json.loads, f.read_text().splitlines())])
+    assert outs[0] == outs[1]
+    assert "speculative       prompt-lookup" in capsys.readouterr().out

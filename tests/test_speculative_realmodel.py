@@ -75,3 +75,19 @@ def test_llama_draft_model_identical_and_kv_state(model):
     def state(llm):
         return llm.n_tokens, llm._input_ids.tolist(), kv_state(REGISTRY.get(llm._ctx.ctx, "context").ctx)
     assert state(plain) == state(spec)
+
+
+def test_engine_stream_and_stop_string_identical(model):
+    name, m = model
+    plain = ubatch.LLM(m, n_ctx=2048, n_seq_max=1)
+    spec = ubatch.LLM(m, n_ctx=2048, n_seq_max=1, draft="prompt-lookup")
+    p = _prompt(plain)
+    full = plain.generate([p], max_tokens=32, temperature=0.0)[0].text
+    # a stop string first met half-way through the text (the stream must stop there, cut before it)
+    found = [(i, L) for L in (3, 6, 12, 24) for i in range(len(full) // 2, len(full) - L)
+             if full.find(full[i:i + L]) == i]
+    k, L = found[0] if found else (len(full), 0)
+    stop = [full[k:k + L]] if found else None
+    a = list(plain.stream(p, max_tokens=32, temperature=0.0, stop=stop))
+    b = list(spec.stream(p, max_tokens=32, temperature=0.0, stop=stop))
+    assert "".join(a) == "".join(b) == full[:k]

@@ -8,6 +8,7 @@
 #define VN_AVX512 0
 #define VN_SUFFIX(x) x##_avxvnni
 #include "mm_vnni.h"
+ub_mm_gemm ub_mm_gemm_avxvnni(int32_t type) { return vn_gemm_lookup(type); }
 #else
 ub_mm_dot_fn ub_mm_dot_avxvnni(int32_t type) {
     (void)type;

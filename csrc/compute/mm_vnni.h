@@ -253,7 +253,8 @@ VN void vn_gemm_q8_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
 
 #endif
 
-ub_mm_gemm VN_SUFFIX(ub_mm_gemm)(int32_t type) {
+/* The GEMM tile of the 32-block types here ({NULL} for the others; the including file exports its lookup). */
+static ub_mm_gemm vn_gemm_lookup(int32_t type) {
     ub_mm_gemm g = {0, 0, 0};
 #if VN_AVX512
     g.gc = VN_GC;

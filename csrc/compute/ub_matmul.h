@@ -58,6 +58,10 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
 int64_t ub_mm_act_bytes(int32_t type, int64_t k);
 int ub_mm_quantize_act(const float *x, int64_t k, int32_t type, uint8_t *out);
 
+/* Memory read bandwidth probe (a STREAM-like read kernel, mm_membw.c): reads buf (bytes bytes, read only)
+ * once on n_threads participants; *sum = the sum of its 8-byte words. Returns UB_OK or UB_E_ARG. */
+int ub_mem_read(const uint8_t *buf, int64_t bytes, int32_t n_threads, uint64_t *sum);
+
 /* out[r][:] = dequantised row ids[r] of W, r < m. w: n_rows x n_cols of `type` (w_bytes bytes, read only);
  * ids: int32[m]; out: float[m][n_cols] (written). Returns UB_OK or UB_E_ARG (an id out of [0, n_rows),
  * bad sizes; out untouched). */

@@ -3,11 +3,13 @@
 For each distinct (type, n_rows, n_cols) weight of Qwen2.5-Coder-0.5B Q4_K_M and Gemma-3-270M Q4_K_M (the
 real tensors, read from the cached GGUF files; random blocks of the same type when a file is missing) and
 each row count n (1 = decode step, 32 = a 32-sequence decode step, 512 = prefill), times ``matmul`` on the
-AVX2 and generic back-ends with 1 and 2 threads, beside numpy's float32 BLAS matmul of the dequantised
+back-ends this CPU has (avx512, avxvnni, avx2, generic) with 1 and 2 threads, beside numpy's float32 BLAS matmul of the dequantised
 weight (numpy's own thread count). Reports the median wall time and the median CPU time of the process
 over the repetitions, weight GB/s (weight bytes / wall time: B=1 is bound by memory bandwidth), GFLOP/s
 (2 n rows cols / wall time) and the "x np" ratio (numpy time / ubatch time). Then the matmul time of a
-whole decode token (sum over every matmul of the model at n=1 and n=32) and the tok/s bound it implies.
+whole decode token (sum over every matmul of the model at n=1 and n=32) and the tok/s bound it implies, and
+the B = 1 step as a percentage of the machine's read bandwidth (a STREAM-like read kernel in C,
+ub_mem_read, over 512 MB with the same thread count): a B = 1 step reads every weight byte once.
 
 The machine is shared: wall times are noisy (the CPU-time column shows how much of the wall time the
 process actually ran); compare ratios measured in one run.
@@ -28,6 +30,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ubatch._ffi import ffi, lib
+from ubatch.compute import backends as kb
 from ubatch.compute import matmul as mm
 
 MODELS = {"qwen2.5-0.5b": "Qwen2.5-Coder-0.5B Q4_K_M", "gemma3-270m": "Gemma-3-270M Q4_K_M"}
@@ -69,6 +73,21 @@ def _time(fn, reps: int):
     return statistics.median(wall), statistics.median(cpu)
 
 
+def read_bandwidth(n_threads: int, mb: int = 512, reps: int = 5) -> float:
+    """GB/s of the C read kernel (ub_mem_read) over an mb-MB buffer on n_threads threads (best of reps)."""
+    buf = np.ones(mb << 20, np.uint8)
+    p, out = ffi.from_buffer("uint8_t[]", buf), ffi.new("uint64_t *")
+    best = float("inf")
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        if lib.ub_mem_read(p, buf.nbytes, n_threads, out) != lib.UB_OK:
+            raise RuntimeError("ub_mem_read failed")
+        best = min(best, time.perf_counter() - t0)
+    if out[0] != (buf.nbytes // 8) * 0x0101010101010101 % (1 << 64):  # every byte read, exactly once
+        raise RuntimeError("ub_mem_read: wrong checksum")
+    return buf.nbytes / best / 1e9
+
+
 def _reps(n: int, nbytes: int, quick: bool) -> int:
     work = n * nbytes
     r = int(max(3, min(40, 2e8 / max(work, 1))))
@@ -81,7 +100,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
     ap.add_argument("--n", default=None, help="row counts (default 1,32,512; quick 1,32)")
     ap.add_argument("--models", default=",".join(MODELS), help="models (default both)")
-    ap.add_argument("--backends", default=None, help="back-ends (default avx2,generic; generic only at n=1)")
+    ap.add_argument("--backends", default=None, help="back-ends (default: every one this CPU has; generic only at "
+                    "the decode shapes)")
     ap.add_argument("--no-numpy", action="store_true", help="skip numpy's f32 BLAS comparison")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
@@ -92,8 +112,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     threads = [int(x) for x in args.threads.split(",")]
     ns = [int(x) for x in (args.n or ("1,32" if args.quick else "1,32,512")).split(",")]
-    have_avx2 = mm.set_backend("avx2") == "avx2"
-    backends = args.backends.split(",") if args.backends else (["avx2", "generic"] if have_avx2 else ["generic"])
+    backends = args.backends.split(",") if args.backends else kb.backends()[::-1]
+    bad = [b for b in backends if b not in kb.backends()]
+    if bad:
+        print(f"ubatch bench matmul: back-end(s) {', '.join(bad)} not available on this CPU (it has: "
+              f"{', '.join(kb.backends())})", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(0)
     results = []
     print(f"{'model':14} {'weight':22} {'type':5} {'rows x cols':>13} {'n':>4} {'backend':8} {'thr':>3} "
@@ -143,6 +167,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     cp, _ = _time(lambda: np.copyto(dst, src), 5)
     membw = 2 * src.nbytes / cp / 1e9
     print(f"\nmemory: numpy copy of 256 MB, one thread: {membw:.1f} GB/s (read + write)")
+    readbw = {nt: read_bandwidth(nt) for nt in threads}
+    print("memory: C read kernel over 512 MB: " + ", ".join(f"{readbw[nt]:.1f} GB/s on {nt} thread(s)" for nt in threads))
     print("\nmatmul time of one decode step (all of the model's matmuls, lm head once per row):")
     summary = []
     for model in args.models.split(","):
@@ -161,12 +187,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                                 and x["threads"] == nt and x["n"] == 1), None)
                     summary.append(s)
                     rel = f"  ({c / one['step_cpu_s']:4.1f}x the B=1 step)" if n > 1 and one else ""
+                    if n == 1:
+                        step_bytes = sum(r["n_rows"] * (r["n_cols"] // mm.type_info(getattr(mm, r["type"]))[0])
+                                         * mm.type_info(getattr(mm, r["type"]))[1] * r["count"] for r in rows)
+                        s["weight_bytes"] = step_bytes
+                        s["read_gb_s"] = readbw[nt]
+                        s["pct_of_read_bw"] = 100 * step_bytes / t / 1e9 / readbw[nt]
+                        rel = (f"  {step_bytes / t / 1e9:5.1f} GB/s = {s['pct_of_read_bw']:4.0f}% of the read "
+                               f"bandwidth ({readbw[nt]:.1f} GB/s, {nt} thr)")
                     print(f"  {model:14} {be:8} threads={nt} B={n:<3} wall {t * 1e3:8.2f} ms/step ({n / t:7.1f} tok/s)"
                           f"  cpu/threads {c * 1e3:8.2f} ms/step ({n / c:7.1f} tok/s){rel}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                       "memcpy_gb_s": membw, "results": results, "decode_step": summary}, f, indent=1)
+                       "memcpy_gb_s": membw, "read_gb_s": readbw,
+                       "backend_auto": kb.active_backend(), "backends_cpu": kb.backends(), "results": results, "decode_step": summary}, f, indent=1)
         print(f"wrote {args.json}")
     return 0
 

@@ -174,6 +174,24 @@ def recorded(model_name: str) -> Optional[dict]:
     return None
 
 
+def cpu_info() -> dict:
+    """The CPU model name, its SIMD flags that pick a kernel back-end, and the back-end ubatch runs."""
+    from ubatch.compute import backends as kb
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown CPU":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    keep = ["avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"]
+    return {"model": model, "count": os.cpu_count(), "flags": [f for f in keep if f in flags],
+            "backend": kb.active_backend(), "backends": kb.backends()}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="ubatch bench models", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="gemma3-270m,qwen2.5-0.5b")
@@ -198,6 +216,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print("llama-cpp-python is not installed", file=sys.stderr)
                 return 2
     rows: List[Dict] = []
+    cpu = cpu_info()
+    print(f"CPU: {cpu['model']} ({cpu['count']} CPUs; {', '.join(cpu['flags']) or 'no AVX-512 / VNNI flags'}); "
+          f"kernel back-end {cpu['backend']}")
     print(f"{'model':14s} {'workload':24s} {'ubatch tok/s':>12s} {'llama.cpp tok/s':>15s} {'ratio':>6s}  source")
     for name in a.models.split(","):
         path = fetch.path(name)
@@ -220,7 +241,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "load_avg": os.getloadavg(), "args": vars(a)}, f, indent=1)
+            json.dump({"rows": rows, "load_avg": os.getloadavg(), "args": vars(a), "cpu": cpu,
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
     return 0
 
 

@@ -54,6 +54,17 @@ def add_parser(sub) -> None:
                    help=f"seconds a connection may take to send a request head (default {d.header_timeout:g})")
     p.add_argument("--body-timeout", type=float, default=d.body_timeout,
                    help=f"seconds a request may take to send its body, 408 beyond (default {d.body_timeout:g})")
+    r = p.add_argument_group("Ray Serve (the [ray] extra; docs/scale-out.md)")
+    r.add_argument("--ray", action="store_true", help="serve as a Ray Serve deployment of --replicas engines")
+    r.add_argument("--replicas", type=int, default=1, help="replicas, each one engine (default 1)")
+    r.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="join this Ray cluster ('auto', host:port, ray://...; default: start a local one)")
+    r.add_argument("--replica-cpus", type=float, default=1.0,
+                   help="CPUs per replica; its engine threads follow them unless --threads says (default 1)")
+    r.add_argument("--min-replicas", type=int, default=None, help="autoscaling: fewest replicas")
+    r.add_argument("--max-replicas", type=int, default=None, help="autoscaling: most replicas")
+    r.add_argument("--target-ongoing-requests", type=float, default=None,
+                   help="autoscaling: ongoing requests per replica Serve aims at (default --parallel)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -89,6 +100,11 @@ def run(args) -> int:
         print(f"ubatch serve needs the [server] extra (pip install 'ubatch[server]'): {e}", file=sys.stderr)
         return 2
     cfg = config_from(args)
+    if args.ray:
+        from ubatch.ray.launch import run as run_ray
+        return run_ray(cfg, address=args.ray_address, replicas=args.replicas, replica_cpus=args.replica_cpus,
+                       min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                       target_ongoing_requests=args.target_ongoing_requests, log_level=args.log_level)
     try:
         state = build_state(cfg)
     except (ValueError, OSError) as e:

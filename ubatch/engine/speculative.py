@@ -143,6 +143,7 @@ class ModelDrafter:
                            n_ubatch=n_batch, n_seq_max=n_seq, kv_unified=False, n_threads=n_threads)
         self.kv_tokens: List[np.ndarray] = [np.zeros(0, np.int32) for _ in range(n_seq)]
         self.depth_cost = 0.0         # seconds per draft decode (EMA)
+        self.measure = True           # False keeps depth_cost as set (tests)
 
     def release(self, seq_id: int) -> None:
         pass                          # the tokens stay: a later prompt with the same prefix reuses them
@@ -204,7 +205,8 @@ class ModelDrafter:
                 self.kv_tokens[sid] = np.append(self.kv_tokens[sid], last[j])
                 drafts[i] = np.append(drafts[i], nxt[j])
         dt = (time.perf_counter() - t0) / steps
-        self.depth_cost = dt if self.depth_cost == 0.0 else 0.8 * self.depth_cost + 0.2 * dt
+        if self.measure:
+            self.depth_cost = dt if self.depth_cost == 0.0 else 0.8 * self.depth_cost + 0.2 * dt
         return drafts
 
     def close(self) -> None:

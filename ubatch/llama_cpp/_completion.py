@@ -158,8 +158,10 @@ def final(prep: Prepared, choices: List[Dict[str, Any]], n_completion: int) -> D
                       "total_tokens": len(prep.tokens) + n_completion}}
 
 
-def logprobs_block(llm, prep: Prepared, st: TextState, echo: bool, scores: np.ndarray) -> Dict[str, Any]:
-    """llama-cpp-python's non-stream logprobs: one entry per (prompt when echo +) completion token."""
+def logprobs_block(llm, prep: Prepared, st: TextState, echo: bool, scores: np.ndarray,
+                   rows: Optional[np.ndarray] = None) -> Dict[str, Any]:
+    """llama-cpp-python's non-stream logprobs: one entry per (prompt when echo +) completion token. rows (the
+    batched path, echo off): the logits each completion token was sampled from, instead of the context's scores."""
     bos = llm.token_bos()
     text_offset = 0 if echo else len(prep.prompt)
     token_offset = 0 if echo else len(prep.tokens[1:])
@@ -169,7 +171,7 @@ def logprobs_block(llm, prep: Prepared, st: TextState, echo: bool, scores: np.nd
         all_tokens = st.tokens
     strs = [llm.detokenize([t], prev_tokens=all_tokens[:i]).decode("utf-8", errors="ignore")
             for i, t in enumerate(all_tokens)]
-    all_lp = llm.logits_to_logprobs(scores)[token_offset:]
+    all_lp = llm.logits_to_logprobs(rows) if rows is not None else llm.logits_to_logprobs(scores)[token_offset:]
     offsets, token_lp, toks, tops = [], [], [], []
     for idx, (tok, s, lp) in enumerate(zip(all_tokens, strs, all_lp)):
         if tok == bos:

@@ -35,6 +35,9 @@ class _Choice:
         self.tail: List[int] = []   # tokens decoded after the prompt (what its KV holds beyond it)
         self.row = -1            # batch row of this choice's last token in the next decode (-1: none)
         self.done = False
+        self.index = k           # its index among the call's choices
+        self.rows: list = []     # logprobs: the logits row each completion token was sampled from
+        self.returned = 0        # tokens already streamed
 
     def input_ids(self):
         """What the context holds for this choice: its prompt and the tokens decoded after it (intc)."""
@@ -55,6 +58,7 @@ class _Group:
     def __init__(self, llm, prep: Prepared, n: int, sampling: dict, echo: bool, stopping_criteria=None) -> None:
         self.llm, self.prep, self.sampling, self.echo = llm, prep, sampling, echo
         self.stopping_criteria = stopping_criteria
+        self.stream = None
         self.choices = [_Choice(self, k) for k in range(n)]
         self.fed = 0                       # prompt tokens decoded so far (into choices[0].seq)
         self.forked = False
@@ -64,6 +68,7 @@ class _Call:
     def __init__(self, groups: List[_Group]) -> None:
         self.groups = groups
         self.future: Future = Future()
+        self.stream = None            # a queue of chunks when the caller streams
 
 
 class ParallelRunner:
@@ -114,6 +119,8 @@ class ParallelRunner:
                 for c in self.calls + self.waiting:
                     if not c.future.done():
                         c.future.set_exception(e)
+                    if c.stream is not None:
+                        c.stream.put(None)
                 self._clear_all()
 
     def _clear_all(self) -> None:
@@ -210,12 +217,22 @@ class ParallelRunner:
                     t.state.text = llm.detokenize(t.state.tokens, prev_tokens=g.prep.tokens)
                     t.state.finish = "stop"          # the criterion's token is not part of the completion
                     self._finish(t)
-                elif t.state.feed(tok):
-                    self._finish(t)
+                else:
+                    if g.prep.logprobs is not None:
+                        t.rows.append(_logits_row(llm, row))
+                    if t.state.feed(tok):
+                        self._finish(t)
+                        continue
+                    if g.stream is not None and t.state._multibyte == 0:
+                        _emit_ready(t)
+                    continue
+
         self._retire()
 
     def _finish(self, c: _Choice) -> None:
         c.done = True
+        if c.group.stream is not None:
+            _emit_rest(c)
         if self.prefix is not None and c.n_past > 0:
             toks = (list(c.group.prep.tokens) + c.tail)[:c.n_past]
             self.prefix.store(c.seq, toks)       # its cells stay as a cached prefix (or are freed)
@@ -231,6 +248,38 @@ class ParallelRunner:
             if all(c.done for g in call.groups for c in g.choices):
                 self.calls.remove(call)
                 call.future.set_result(_response(call))
+                if call.stream is not None:
+                    call.stream.put(None)
+
+
+class _View:
+    """What CompletionRun's stream helpers read (llm, prep) for one choice."""
+
+    def __init__(self, c: _Choice) -> None:
+        self.llm, self.prep = c.group.llm, c.group.prep
+
+
+def _chunk(c: _Choice, text: str, finish) -> Dict[str, Any]:
+    from ubatch.llama_cpp._completion import chunk
+    return chunk(c.group.prep, text, finish, None, c.index)
+
+
+def _emit_ready(c: _Choice) -> None:
+    """Streams the text of c that can go out now (whole characters, no possible start of a stop string): the
+    single path's rule (CompletionRun._stream_ready)."""
+    from ubatch.llama_cpp._completion import CompletionRun
+    out, c.returned = CompletionRun._stream_ready(_View(c), c.state, c.returned)
+    for ch in out:
+        ch["choices"][0]["index"] = c.index
+        c.group.stream.put(ch)
+
+
+def _emit_rest(c: _Choice) -> None:
+    llm, prep, st = c.group.llm, c.group.prep, c.state
+    rest = st.text[len(llm.detokenize(st.tokens[:c.returned], prev_tokens=prep.tokens)):] if c.returned else st.text
+    if rest:
+        c.group.stream.put(_chunk(c, rest.decode("utf-8", errors="ignore"), None))
+    c.group.stream.put(_chunk(c, "", st.finish))
 
 
 def _prefix_for(llm, n_seq: int):
@@ -257,7 +306,13 @@ def _response(call: _Call) -> Dict[str, Any]:
             if g.echo:
                 p = g.prep.prompt
                 text = (p if isinstance(p, str) else g.llm.detokenize(list(p)).decode("utf-8", "ignore")) + text
-            choices.append({"text": text, "index": len(choices), "logprobs": None,
+            lp = None
+            if g.prep.logprobs is not None:
+                import numpy as np
+                from ubatch.llama_cpp._completion import logprobs_block
+                rows = np.stack(c.rows) if c.rows else np.zeros((0, g.llm._n_vocab), np.float32)
+                lp = logprobs_block(g.llm, g.prep, c.state, False, None, rows=rows)
+            choices.append({"text": text, "index": len(choices), "logprobs": lp,
                             "finish_reason": c.state.finish})
             n_completion += len(c.state.tokens)
     out = final(call.groups[0].prep, choices, n_completion)
@@ -266,16 +321,15 @@ def _response(call: _Call) -> Dict[str, Any]:
     return out
 
 
-def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dict[str, Any]:
-    for key, what in (("logprobs", "logprobs"),):
-        if args.get(key) is not None:
-            raise NotImplementedError(f"create_completion({what}=...) with several prompts, n > 1 or n_seq_max > 1 "
-                                      f"(the batched path)")
+def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any], stream: bool = False):
+    if args.get("logprobs") is not None and (stream or args.get("echo")):
+        raise NotImplementedError("create_completion(logprobs=...) with stream=True or echo=True in the batched path "
+                                  "(several prompts, n > 1 or n_seq_max > 1)")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     sampling = {k: args[k] for k in _SAMPLING_KEYS}
     prep_args = {k: args.get(k) for k in ("suffix", "max_tokens", "stop", "seed", "model", "logit_bias",
-                                          "logits_processor")}
+                                          "logits_processor", "logprobs")}
     groups = []
     for p in prompts:
         prep = Prepared(llm, p, **prep_args)
@@ -285,7 +339,29 @@ def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any]) -> Dic
         if llm._parallel is None:
             llm._parallel = ParallelRunner(llm)
         runner = llm._parallel
+    index = 0
     for g in groups:
         for c in g.choices:
             c.row = -1
-    return runner.submit(_Call(groups))
+            c.index, index = index, index + 1
+    call = _Call(groups)
+    if stream:
+        return _stream_call(runner, call)
+    return runner.submit(call)
+
+
+def _stream_call(runner: "ParallelRunner", call: _Call):
+    """The chunks of every choice as the worker produces them (llama-cpp-python's stream chunks, each with its
+    choice's index); ends after the last choice's finish chunk."""
+    call.stream = queue.Queue()
+    first = call.groups[0].prep
+    for g in call.groups:
+        g.stream = call.stream
+        g.prep.id, g.prep.created = first.id, first.created      # one completion id for the call's chunks
+    runner.queue.put(call)
+    while True:
+        item = call.stream.get()
+        if item is None:
+            break
+        yield item
+    call.future.result()              # re-raises what failed the call in the worker

@@ -489,9 +489,7 @@ class Llama:
         single_only = args.get("logprobs") is not None or args.get("grammar") is not None
         if multi or n > 1 or (self._batched and not stream and not single_only):
             from ubatch.llama_cpp._parallel import parallel_completion
-            if stream:
-                raise NotImplementedError("create_completion(stream=True) with several prompts or n > 1")
-            return parallel_completion(self, prompt if multi else [prompt], n, args)
+            return parallel_completion(self, prompt if multi else [prompt], n, args, stream=stream)
         with self._lock:
             run = CompletionRun(self, prompt, **args)
             if stream:

@@ -30,7 +30,8 @@ def sampling_params(req: _Sampling, cfg: ServerConfig, SamplingParams, *, max_to
               top_p=1.0 if req.top_p is None else float(req.top_p),
               min_p=0.0 if req.min_p is None else float(req.min_p),
               repeat_penalty=1.0 if req.repeat_penalty is None else float(req.repeat_penalty),
-              seed=req.seed, stop=stop_list(req.stop), n=int(req.n), logprobs=logprobs)
+              seed=req.seed, stop=stop_list(req.stop), n=int(req.n), logprobs=logprobs,
+              speculative=bool(getattr(req, "speculative", True)))
     rf = getattr(req, "response_format", None)
     if rf is not None:
         from ubatch.server.response_format import grammar_fields

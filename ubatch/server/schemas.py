@@ -40,6 +40,8 @@ class _Sampling(BaseModel):
     repeat_penalty: Optional[float] = Field(None, gt=0.0)
     # ubatch extension: the generated token ids in each choice
     return_token_ids: bool = False
+    # ubatch extension: with `ubatch serve --draft`, false decodes this request without draft rows (same output)
+    speculative: bool = True
 
 
 class CompletionRequest(_Sampling):

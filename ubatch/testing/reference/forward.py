@@ -100,15 +100,16 @@ class _Fwd:
     def f16(self, a: np.ndarray) -> np.ndarray:
         return self.jitter(a).astype(np.float32).astype(np.float16).astype(self.dt)
 
-    def attention(self, q, k, v, pos, swa: bool, kq_scale: float) -> np.ndarray:
-        """q [n, H, d], k/v [n, Hkv, d] -> [n, H*d]; causal, plus the window 0 <= p_q - p_k < n_swa."""
+    def attention(self, q, k, v, pos, seq, swa: bool, kq_scale: float) -> np.ndarray:
+        """q [n, H, d], k/v [n, Hkv, d] -> [n, H*d]; same sequence, causal, plus the window
+        0 <= p_q - p_k < n_swa."""
         hp = self.hp
         n, H, d = q.shape
         g = H // k.shape[1]
         if self.emulate and self.kv16:
             q, k, v = self.f16(q), self.f16(k), self.f16(v)
         dp = pos[:, None] - pos[None, :]
-        vis = dp >= 0
+        vis = (dp >= 0) & (seq[:, None] == seq[None, :])
         if swa and hp.n_swa > 0:
             vis &= dp < hp.n_swa
         out = np.empty((n, H, v.shape[2]), self.dt)
@@ -133,10 +134,10 @@ class _Fwd:
         return np.where(a <= -10.0, 0.0, np.where(a >= 10.0, a, t)).astype(self.dt)
 
     # the graphs
-    def run(self, tokens: np.ndarray, out_rows: np.ndarray, trace: Optional[dict]) -> np.ndarray:
+    def run(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, out_rows: np.ndarray,
+            trace: Optional[dict]) -> np.ndarray:
         hp, m = self.hp, self.m
         n = tokens.size
-        pos = np.arange(n, dtype=np.int64)
         ids = np.asarray(tokens, dtype=np.int64)
         emb = np.stack([m.dequant("token_embd.weight", int(t), int(t) + 1)[0] for t in ids]).astype(self.dt)
         x = emb * self.dt.type(hp.embd_scale)
@@ -154,7 +155,7 @@ class _Fwd:
             q, k = self.rope(q, pos, base, scale), self.rope(k, pos, base, scale)
             if gemma:
                 q = q * self.dt.type(hp.q_scale)
-            a = self.attention(q, k, v, pos, hp.swa[il], hp.kq_scale)
+            a = self.attention(q, k, v, pos, seq, hp.swa[il], hp.kq_scale)
             a = self.bias(self.mm(a, p + "attn_output.weight"), p + "attn_output.bias")
             if gemma:
                 a = self.norm(a, p + "post_attention_norm.weight")
@@ -181,9 +182,12 @@ class _Fwd:
 
 def forward(model: RefModel, tokens: Sequence[int], *, mode: str = "emulate", kv: str = "f32",
             out_rows: Optional[Sequence[int]] = None, trace: Optional[dict] = None,
-            noise: Optional[tuple] = None, dtype=np.float64, rope: str = "exact") -> np.ndarray:
+            noise: Optional[tuple] = None, dtype=np.float64, rope: str = "exact",
+            pos: Optional[Sequence[int]] = None, seq: Optional[Sequence[int]] = None) -> np.ndarray:
     """Logits float64[len(out_rows), n_vocab] of one sequence decoded from position 0 (out_rows: indices
-    into tokens, default all). trace, if a dict, receives "x": the residual stream after each layer.
+    into tokens, default all); pos / seq (one per token) instead give each token its position and
+    sequence: a token sees the tokens of its sequence at positions <= its own. trace, if a dict, receives
+    "x": the residual stream after each layer.
     noise = (seed, eps): every input of a format rounding (activation quantisation, f16 K/V / Q / P, the
     GELU table) is multiplied by 1 + eps N(0, 1) first: one member of the ensemble that measures how far
     float32-sized differences alone move the logits (the noise floor of any float32 implementation).
@@ -197,4 +201,8 @@ def forward(model: RefModel, tokens: Sequence[int], *, mode: str = "emulate", kv
     if toks.min() < 0 or toks.max() >= model.hp.n_vocab:
         raise ValueError(f"token ids must lie in [0, {model.hp.n_vocab})")
     rows = np.arange(toks.size) if out_rows is None else np.asarray(list(out_rows), dtype=np.int64)
-    return _Fwd(model, mode, kv, noise, dtype, rope).run(toks, rows, trace).astype(np.float64)
+    p = np.arange(toks.size, dtype=np.int64) if pos is None else np.asarray(list(pos), dtype=np.int64)
+    s = np.zeros(toks.size, np.int64) if seq is None else np.asarray(list(seq), dtype=np.int64)
+    if p.shape != toks.shape or s.shape != toks.shape:
+        raise ValueError("pos and seq must have one entry per token")
+    return _Fwd(model, mode, kv, noise, dtype, rope).run(toks, p, s, rows, trace).astype(np.float64)
