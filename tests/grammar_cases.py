@@ -85,3 +85,40 @@ SCHEMAS = {
                  "required": ["s"], "additionalProperties": {"type": "integer"}},
                 ['{"s": "abc", "z": 3}', '{"s": "\\u00e9\\u00e9"}']),
 }
+
+# converter text only (tests/data/grammar/converter.json.gz); the last ones are where llama-cpp-python's text is
+# broken (BROKEN: ubatch's differs there, see ubatch/grammar/schema.py)
+CONVERTER_ONLY = {
+    "empty": {},
+    "types_list": {"type": ["string", "null"]},
+    "nested_arrays": {"type": "array", "items": {"type": "array", "items": {"type": "number"}, "maxItems": 2},
+                      "minItems": 2},
+    "tuple_min": {"type": "array", "items": {"type": "boolean"}, "minItems": 3, "maxItems": 3},
+    "unbounded_min": {"type": "array", "items": {"type": "integer"}, "minItems": 2},
+    "opt_props": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"},
+                                                   "c": {"type": "boolean"}}, "required": ["b"]},
+    "all_of": {"allOf": [{"properties": {"x": {"type": "integer"}}},
+                         {"anyOf": [{"properties": {"y": {"type": "string"}}}]}]},
+    "additional_true": {"type": "object", "properties": {"k": {"type": "null"}}, "additionalProperties": True},
+    "additional_false_only": {"type": "object", "additionalProperties": False},
+    "uuid_root": {"type": "string", "format": "uuid"},
+    "pattern_groups": {"type": "string", "pattern": "^(ab|cd)+[0-9]{2,}x?(yz){1,2}$"},
+    "pattern_dot_lit": {"type": "string", "pattern": "^a.b{3}[^q]*$"},
+    "pattern_quote": {"type": "string", "pattern": '^"[a-z]+"\\-\\t$'},
+    "reserved_names": {"type": "object", "properties": {"number": {"type": "number"}, "root": {"type": "string"},
+                                                        "value": {"type": "integer"}}},
+    "names_escaped": {"type": "object", "properties": {"a b/c": {"type": "integer"}, "d.e": {"const": 1}}},
+    "enum_mixed": {"enum": [1, "two", None, True, 2.5, {"o": 1}, [1]]},
+    "one_of_refs": {"$defs": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                    "oneOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]},
+    "recursive": {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                                       "next": {"$ref": "#/$defs/node"}}}},
+                  "type": "object", "properties": {"head": {"$ref": "#/$defs/node"}}},
+    "date_time": {"type": "string", "format": "date-time"},
+    "string_len": {"type": "string", "minLength": 1, "maxLength": 3},
+    "BROKEN_regex_escape": {"type": "string", "pattern": "^\\d{3}\\.\\w+$"},
+    "BROKEN_quote_in_name": {"type": "object", "properties": {'a"b': {"type": "integer"}}, "required": ['a"b']},
+    "BROKEN_backslash_enum": {"enum": ["a\\b", "line\nbreak"]},
+    "BROKEN_root_ref": {"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {
+        "c": {"$ref": "#/$defs/n"}}}}},
+}

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+import subprocess
+
 import httpx
 
 
@@ -36,6 +38,30 @@ def listening_sockets():
                 addr = ipaddress.IPv6Address(raw) if v6 else ipaddress.IPv4Address(raw)
                 out.append((str(addr), int(hexport, 16)))
     return out
+
+
+def netns_pids(netns: str):
+    """Every process (but this one) in the network namespace `netns` (a /proc/PID/ns/net link text)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                if os.readlink(f"/proc/{d}/ns/net") == netns:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def sweep(netns: str) -> int:
+    """SIGKILLs what Ray left in this namespace after ray.shutdown (only processes this test started live here)."""
+    left = netns_pids(netns)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(left)
 
 
 def replica_pids():
@@ -77,7 +103,6 @@ def wait_replicas(url, prompt, sampling, want, exclude=(), timeout=60.0):
 def main():
     spec = json.loads(sys.argv[1])
     import ray
-    from ray import serve
 
     import ubatch.ray as ubray
     obs = {"interfaces": sorted(n for _, n in socket.if_nameindex())}
@@ -86,10 +111,23 @@ def main():
     t0 = time.monotonic()
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
              logging_level="ERROR", log_to_driver=False)
+    cli = None
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": spec["port"]})
-        app = ubray.build_app("tiny-llama", 2, replica_cpus=1, parallel=4, n_ctx=1024, max_queue=16)
-        serve.run(app, name="ubatch", route_prefix="/")
+        # `ubatch serve --ray` joins this cluster (--ray-address) and deploys build_app(...) behind Serve's proxy
+        cli = subprocess.Popen([sys.executable, "-m", "ubatch", "serve", "--model", "tiny-llama", "--ray",
+                                "--ray-address", ray.get_runtime_context().gcs_address, "--replicas", "2",
+                                "--replica-cpus", "1", "--parallel", "4", "--n-ctx", "1024", "--max-queue", "16",
+                                "--host", "127.0.0.1", "--port", str(spec["port"])],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log = []
+        for line in cli.stderr:
+            log.append(line)
+            if "listening on http://127.0.0.1:" in line:
+                break
+        else:
+            raise RuntimeError("ubatch serve --ray did not start:\n" + "".join(log))
+        import threading
+        threading.Thread(target=lambda: [log.append(x) for x in cli.stderr], daemon=True).start()
         obs["deploy_s"] = round(time.monotonic() - t0, 1)
         sampling = spec["sampling"]
         with cf.ThreadPoolExecutor(8) as pool:
@@ -113,8 +151,24 @@ def main():
         obs["after_kill_all"] = wait_replicas(url, spec["prompts"][0], sampling, 2)
         obs["recover_s"] = round(time.monotonic() - t1, 1)
         obs["after_kill_answer"] = complete(url, spec["prompts"][0], sampling)
-        serve.delete("ubatch")
-        serve.shutdown()
+
+        # SIGTERM: the CLI deletes the app, shuts Serve down and exits 0 within 30 s
+        t2 = time.monotonic()
+        cli.send_signal(signal.SIGTERM)
+        try:
+            obs["cli_rc"] = cli.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            obs["cli_rc"] = None
+        obs["sigterm_exit_s"] = round(time.monotonic() - t2, 1)
+        obs["cli_log"] = "".join(log)[-2000:]
+        obs["port_after_sigterm"] = [a for a in listening_sockets() if a[1] == spec["port"]]
+        print(obs["cli_log"], file=sys.stderr, flush=True)
+        deadline = time.monotonic() + 60      # the replicas' CPUs come back to the cluster
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        obs["cpus_free_after_sigterm"] = ray.available_resources().get("CPU", 0)
+        print(f"cpus free {obs['cpus_free_after_sigterm']} after {time.monotonic() - t2:.1f} s", file=sys.stderr,
+              flush=True)
 
         # Ray Data batch inference
         import ray.data
@@ -128,7 +182,11 @@ def main():
                              key=lambda r: r["id"])
         obs["listening_end"] = listening_sockets()
     finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
         ray.shutdown()
+        time.sleep(0.5)
+        obs["left_after_shutdown"] = sweep(os.readlink("/proc/self/ns/net"))
         shutil.rmtree(tmp, ignore_errors=True)
     obs["total_s"] = round(time.monotonic() - t0, 1)
     print("RESULT " + json.dumps(obs), flush=True)

@@ -7,7 +7,8 @@
   small ones (< 64 ids) also as the ids.
 * converter.json.gz: llama_grammar.json_schema_to_gbnf's text for each schema of grammar_cases.SCHEMAS and the
   schemas of grammar_cases.CONVERTER_ONLY.
-* parse.json.gz: whether llama_sampler_init_grammar accepts each grammar of tests/grammar_fuzz_corpus.py.
+  (python tests/record_grammar.py --converter re-records only this file)
+* parse.json.gz (--parse): whether llama_sampler_init_grammar accepts each grammar of tests/grammar_fuzz_corpus.py.
 Needs llama-cpp-python 0.3.36 and the two models (ubatch.model.fetch)."""
 import ctypes
 import gzip
@@ -120,6 +121,18 @@ def record_case(v, gbnf, strings, seed, n_walks=3, walk_len=24, ours=None):
     return runs
 
 
+def record_converter():
+    conv = {k: LG.json_schema_to_gbnf(json.dumps(s)) for k, (s, _) in C.SCHEMAS.items()}
+    for k, s in C.CONVERTER_ONLY.items():
+        try:
+            conv[k] = LG.json_schema_to_gbnf(json.dumps(s))
+        except Exception as e:  # noqa: BLE001 - recorded: the converter's own failure
+            conv[k] = {"error": type(e).__name__ + ": " + str(e)}
+    with gzip.open(os.path.join(OUT, "converter.json.gz"), "wt") as f:
+        json.dump({"schemas": {k: (C.SCHEMAS[k][0] if k in C.SCHEMAS else C.CONVERTER_ONLY[k]) for k in conv},
+                   "gbnf": conv}, f)
+
+
 def main():
     from ubatch.model import fetch
     schema_gbnf = {k: LG.json_schema_to_gbnf(json.dumps(s)) for k, (s, _) in C.SCHEMAS.items()}
@@ -146,16 +159,38 @@ def main():
         with gzip.open(os.path.join(OUT, f"allowed_{model}.json.gz"), "wt") as f:
             json.dump({"model": model, "n_vocab": v.n, "eog": sorted(v.eog), "cases": cases}, f)
         print(model, "done", file=sys.stderr)
-    conv = {k: schema_gbnf[k] for k in C.SCHEMAS}
-    for k, s in getattr(C, "CONVERTER_ONLY", {}).items():
+    record_converter()
+
+
+def record_parse():
+    """parse.json.gz: llama.cpp's verdict on each grammar of grammar_fuzz_corpus (grammars ubatch refuses for
+    left recursion through empty rules are skipped: llama.cpp expands their stacks forever)."""
+    import grammar_fuzz_corpus as F
+    from ubatch.grammar import Grammar, GrammarError, GrammarVocab
+    from ubatch.model import fetch
+    from ubatch.tokenizer import Tokenizer
+    path = str(fetch.path("gemma3-270m"))
+    v = Vocab(path)
+    gv = GrammarVocab.of(Tokenizer.from_gguf(path))
+    rows = []
+    for text in F.corpus():
         try:
-            conv[k] = LG.json_schema_to_gbnf(json.dumps(s))
-        except Exception as e:  # noqa: BLE001 - recorded: the converter's own failure
-            conv[k] = {"error": type(e).__name__ + ": " + str(e)}
-    with gzip.open(os.path.join(OUT, "converter.json.gz"), "wt") as f:
-        json.dump({"schemas": {k: (C.SCHEMAS[k][0] if k in C.SCHEMAS else C.CONVERTER_ONLY[k]) for k in conv},
-                   "gbnf": conv}, f)
+            Grammar(text, gv)
+        except GrammarError as e:
+            if "through rules that may be empty" in e.message:
+                continue
+        smpl = L.llama_sampler_init_grammar(v.vocab, text.encode(), b"root")
+        rows.append({"text": text, "ok": bool(smpl)})
+        if smpl:
+            L.llama_sampler_free(smpl)
+    with gzip.open(os.path.join(OUT, "parse.json.gz"), "wt") as f:
+        json.dump({"model": "gemma3-270m", "rows": rows}, f)
 
 
 if __name__ == "__main__":
-    main()
+    if "--parse" in sys.argv:
+        record_parse()
+    elif "--converter" in sys.argv:
+        record_converter()
+    else:
+        main()

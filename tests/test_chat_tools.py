@@ -96,7 +96,8 @@ def test_handler_matches_llama_cpp_python(grammar, hname, key, kw, texts, stream
 
 def test_tool_handlers_on_the_tiny_model(monkeypatch):
     """The handlers on a real Llama (the tiny model, a byte vocabulary): answers without tools go through
-    create_completion and come back as chat completions; a forced tool needs the grammar engine."""
+    create_completion and come back as chat completions; a forced tool's arguments are sampled under its
+    schema's grammar (they parse and validate even from random weights); "auto" chooses under a grammar."""
     import ubatch.llama_cpp as L
     from ubatch.llama_cpp import _model
     from ubatch.models import TINY_LLAMA_PATH
@@ -114,13 +115,15 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
     assert llm.create_chat_completion(C.CONVERSATIONS["user"], max_tokens=3)["object"] == "chat.completion"
     llm.chat_format = "chatml-function-calling"
     forced = {"type": "function", "function": {"name": "add"}}
-    try:
-        r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice=forced, max_tokens=8)
-    except (NotImplementedError, ValueError) as e:   # no grammar engine, or one that needs a real vocabulary
-        assert any(w in str(e) for w in ("GBNF", "grammar", "tokenizer", "vocab")), e
-    else:
-        (call,) = r["choices"][0]["message"]["tool_calls"]
-        assert call["function"]["name"] == "add" and r["choices"][0]["finish_reason"] == "tool_calls"
+    r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice=forced, max_tokens=100)
+    (call,) = r["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "add" and r["choices"][0]["finish_reason"] == "tool_calls"
+    args = json.loads(call["function"]["arguments"])           # sampled under add's schema: it validates
+    assert set(args) <= {"a", "b"} and all(type(v) is int for v in args.values()), args
+    r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice="auto", max_tokens=40)
+    msg = r["choices"][0]["message"]                           # the grammar chose a message or calls
+    assert msg["role"] == "assistant" and (msg.get("tool_calls") is not None) == (
+        r["choices"][0]["finish_reason"] == "tool_calls")
     llm.close()
 
 

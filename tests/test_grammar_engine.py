@@ -139,3 +139,26 @@ def test_fuzz_mutated_grammar_files(seed, n_mut):
     except GrammarError:
         return
     g.state().mask()
+
+
+@pytest.mark.realmodel
+def test_fuzz_corpus_errors_where_llama_cpp_errors():
+    """600 random and mutated grammars (tests/grammar_fuzz_corpus.py): ubatch refuses exactly those
+    llama.cpp's llama_sampler_init_grammar refuses (recorded, tests/data/grammar/parse.json.gz)."""
+    import gzip
+    import json
+    from ubatch import Tokenizer
+    from ubatch.model import fetch
+    with gzip.open(os.path.join(HERE, "data", "grammar", "parse.json.gz"), "rt") as f:
+        rows = json.load(f)["rows"]
+    v = GrammarVocab.of(Tokenizer.from_gguf(fetch.path("gemma3-270m")))
+    bad = []
+    for r in rows:
+        try:
+            Grammar(r["text"], v)
+            ok = True
+        except GrammarError:
+            ok = False
+        if ok != r["ok"]:
+            bad.append((r["text"], r["ok"]))
+    assert len(rows) >= 500 and not bad, bad[:5]

@@ -35,6 +35,23 @@ def _netns_usable() -> str:
     return ""
 
 
+def _kill_namespace(proc) -> None:
+    """SIGKILLs every process in the driver's network namespace (Ray's daemons outlive their driver), then it."""
+    import signal
+    try:
+        netns = os.readlink(f"/proc/{proc.pid}/ns/net")
+    except OSError:
+        netns = None
+    if netns is not None and netns != os.readlink("/proc/self/ns/net"):
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and int(d) != proc.pid and os.readlink(f"/proc/{d}/ns/net") == netns:
+                    os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                pass
+    proc.kill()
+
+
 @pytest.fixture(scope="module")
 def ray_run():
     import importlib.util
@@ -49,12 +66,19 @@ def ray_run():
     driver = os.path.join(CHILD_CWD, "ray_driver.py")
     cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$1" "$2"', sys.executable, driver,
            json.dumps(spec)]
-    r = subprocess.run(cmd, cwd=CHILD_CWD, env=child_env(RAY_USAGE_STATS_ENABLED="0"), capture_output=True,
-                       text=True, timeout=300)
-    line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
-    assert r.returncode == 0 and line, f"ray driver failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    proc = subprocess.Popen(cmd, cwd=CHILD_CWD, env=child_env(RAY_USAGE_STATS_ENABLED="0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=300)       # a hang guard, not a speed claim
+    except subprocess.TimeoutExpired:
+        _kill_namespace(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"the Ray driver hung (killed after 300 s):\n{out[-3000:]}\n{err[-6000:]}")
+    line = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, f"ray driver failed ({proc.returncode}):\n{out[-3000:]}\n{err[-6000:]}"
     obs = json.loads(line[-1][len("RESULT "):])
-    print(f"ray: deploy {obs['deploy_s']} s, replica recovery {obs['recover_s']} s, total {obs['total_s']} s")
+    print(f"ray: deploy {obs['deploy_s']} s, replica recovery {obs['recover_s']} s, total {obs['total_s']} s, "
+          f"{obs['left_after_shutdown']} processes left after ray.shutdown (killed)")
     return obs
 
 
@@ -101,6 +125,14 @@ def test_two_replicas_serve_the_same_answers_as_ubatch_serve(ray_run):
         assert ray_run["after_kill_answer"]["text"] == first.json()["choices"][0]["text"]
     finally:
         srv.stop()
+
+
+def test_cli_sigterm_shuts_the_app_down(ray_run):
+    assert ray_run["cli_rc"] == 0, ray_run["cli_log"]
+    assert ray_run["sigterm_exit_s"] < 30, ray_run["cli_log"]        # the issue's bound, not a speed claim
+    assert ray_run["port_after_sigterm"] == []                       # Serve's proxy is gone
+    assert "Ray Serve app shut down" in ray_run["cli_log"]
+    assert ray_run["cpus_free_after_sigterm"] == 2                   # the replicas are gone
 
 
 def test_metrics_are_the_answering_replicas(ray_run):

@@ -110,16 +110,32 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
+def _valid_add(args: str) -> dict:
+    """The arguments of `add`, checked against its schema (an object of integer a / b, nothing else)."""
+    v = json.loads(args)
+    assert isinstance(v, dict) and set(v) <= {"a", "b"}, v
+    assert all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()), v
+    return v
+
+
 def test_forced_call_tiny_model(server, client):
+    """The tiny model's random weights, forced to call `add`: its arguments are sampled under add's JSON
+    schema, so they parse and validate (plain, streamed — the same —, and at several seeds)."""
     choice = {"type": "function", "function": {"name": "add"}}
     r = client.chat.completions.create(model="tiny-llama", messages=MSGS, tools=TOOLS, tool_choice=choice,
-                                       max_tokens=12, temperature=0)
+                                       max_tokens=200, temperature=0)
     c = r.choices[0]
-    assert c.finish_reason in ("tool_calls", "length") and c.message.content is None
+    assert c.finish_reason == "tool_calls" and c.message.content is None
     (call,) = c.message.tool_calls
     assert call.type == "function" and call.function.name == "add" and call.id.startswith("call_")
+    _valid_add(call.function.arguments)
+    for seed in range(4):
+        rs = client.chat.completions.create(model="tiny-llama", messages=MSGS, tools=TOOLS, tool_choice=choice,
+                                            max_tokens=200, temperature=1.0, seed=seed)
+        assert rs.choices[0].finish_reason == "tool_calls"
+        _valid_add(rs.choices[0].message.tool_calls[0].function.arguments)
     parts = list(client.chat.completions.create(model="tiny-llama", messages=MSGS, tools=TOOLS, tool_choice=choice,
-                                                max_tokens=12, temperature=0, stream=True))
+                                                max_tokens=200, temperature=0, stream=True))
     deltas = [tc for p in parts if p.choices for tc in (p.choices[0].delta.tool_calls or [])]
     assert deltas[0].function.name == "add" and deltas[0].id.startswith("call_")
     assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
@@ -187,11 +203,11 @@ def test_tool_plan_answers():
     from ubatch.chat.tool_plan import check as plan_of
     from ubatch.engine.byte_tokenizer import ByteTokenizer
     choice = {"type": "function", "function": {"name": "add"}}
-    constrained = plan_of(TOOLS, choice, constrained=True)      # the grammar engine writes the arguments
-    assert constrained.prefix == '<tool_call>\n{"name": "add", "arguments": ' and constrained.constrained
-    assert constrained.message(' {"a": 1} ', "stop")[0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
-    forced = S.check(TOOLS, choice, tokenizer=ByteTokenizer())  # unconstrained: the arguments opened
-    assert not forced.constrained
+    constrained = S.check(TOOLS, choice, tokenizer=ByteTokenizer())   # the grammar engine is built in
+    assert constrained.constrained and constrained.sampling() == {
+        "json_schema": TOOLS[1]["function"]["parameters"], "grammar_prefix": '{"'}
+    forced = plan_of(TOOLS, choice, constrained=False)           # without it: the same opened call
+    assert not forced.constrained and forced.sampling() == {}
     assert forced.prefix == '<tool_call>\n{"name": "add", "arguments": {"'       # the arguments opened
     msg, fin = forced.message('a": 1', "length")                      # cut by max_tokens: said so
     assert fin == "length" and msg["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 1'}
@@ -207,7 +223,9 @@ def test_tool_plan_answers():
         "function"] == {"name": "add", "arguments": '{"b": 2}'}
     from ubatch.engine.sampling import SamplingParams
     p = S.constrain(SamplingParams(stop=["x"]), forced)
-    assert p.stop == ["x", "</tool_call>"] and getattr(p, "json_schema", None) is None
+    assert p.stop == ["x", "</tool_call>"] and p.json_schema is None
+    p = S.constrain(SamplingParams(), constrained)
+    assert p.json_schema == TOOLS[1]["function"]["parameters"] and p.grammar_prefix == '{"'
     assert S.constrain(SamplingParams(), S.check(TOOLS, "auto")).stop is None
 
 

@@ -326,3 +326,34 @@ def test_serve_draft_option_gives_the_same_completions():
             r = c.post("/v1/completions", json={"model": "tiny-llama", "prompt": ps[0], "speculative": "maybe"})
             assert r.status_code in (400, 422) and "speculative" in r.text
         assert s.metrics()  # the server stayed up
+
+
+# ------------------------------------------------------------------------------------------ bench
+def test_bench_prompt_sets_and_report():
+    from ubatch.bench import spec_bench
+    from ubatch.cli.bench import KERNEL_BENCHES
+    code, prose = spec_bench.load_set("code"), spec_bench.load_set("prose")
+    assert len(code) == len(prose) == 8 and all("```" in c["content"] for c in code)
+    assert len({c["id"] for c in code + prose}) == 16
+    assert KERNEL_BENCHES["speculative"][0] == "ubatch.bench.spec_bench"
+    row = {k: {"tok_s": v, "decode_tok_s": v * 1.2} for k, v in
+           (("ubatch", 10.0), ("ubatch+draft", 15.0), ("llama.cpp", 10.0), ("llama.cpp+pld", 5.0))}
+    res = {"model": "m", "max_tokens": 8, "threads": 1, "llama_threads": 1, "llama_cpp": True,
+           "sets": {"code": {**row, "ubatch_draft_equals_plain": True, "llama_cpp_pld_equals_plain": "3/4"}},
+           "batched": {"n": 8, "unified": {"plain_tok_s": 10.0, "draft_tok_s": 13.0, "equal": True}}}
+    text = spec_bench.report(res)
+    assert "1.50x" in text and "3.00x" in text and "3/4" in text and "1.30x" in text
+    assert spec_bench.main(["--sets", "poetry"]) == 2
+
+
+def test_ubatch_run_draft_option_same_completions(tmp_path, capsys):
+    import json
+    from ubatch.cli import main
+    outs = []
+    for extra in ([], ["--draft", "prompt-lookup"]):
+        f = tmp_path / f"out{len(extra)}.jsonl"
+        assert main(["run", "--model", "tiny-llama", "--requests", "6", "--parallel", "3", "--no-progress",
+                     "--temperature", "0", "--out", str(f)] + extra) == 0
+        outs.append([(r["request"], r["tokens"]) for r in map(json.loads, f.read_text().splitlines())])
+    assert outs[0] == outs[1]
+    assert "speculative       prompt-lookup" in capsys.readouterr().out

@@ -91,6 +91,17 @@ static void grammar_release(ub_grammar *g) {
 
 void ub_grammar_free(ub_grammar *g) { if (g) grammar_release(g); }
 
+/* on = 0: no allowed set is cached any more (those cached are dropped); 1: cached again */
+void ub_grammar_set_mask_cache(ub_grammar *g, int on) {
+    pthread_mutex_lock(&g->mu);
+    g->no_mask_cache = !on;
+    if (!on) {
+        for (int64_t k = 0; k < g->n_sets; k++) { free(g->sets[k].mask); g->sets[k].mask = NULL; }
+        g->mask_bytes = 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
 int32_t ub_grammar_n_rules(const ub_grammar *g) { return g ? g->n_rules : 0; }
 
 /* out int32[2 * cap]: (type, value) pairs of rule r */
@@ -286,7 +297,7 @@ done:
  * pointer to n_tokens bytes (the cache's, or `scratch`), NULL with *rc on error. Caller holds g->mu. */
 static const uint8_t *state_mask(ub_gstate *s, uint8_t *scratch, int *rc) {
     ub_grammar *g = s->g;
-    int plain = s->prem <= 0;
+    int plain = s->prem <= 0 && !g->no_mask_cache;
     if (plain && g->sets[s->set].mask) return g->sets[s->set].mask;
     *rc = compute_mask(g, s->set, s->pval, s->prem, scratch);
     if (*rc != UB_OK) { g->failed = 0; return NULL; }
@@ -389,7 +400,7 @@ int ub_gstate_apply_td(ub_gstate *s, ub_token_data *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) if (d[i].id < 0 || d[i].id >= nv) return UB_E_ARG;
     const float ninf = -__builtin_inff();
     int rc = UB_OK;
-    if (n * 8 >= nv || (s->prem <= 0 && g->sets[s->set].mask)) {
+    if (n * 8 >= nv || (s->prem <= 0 && !g->no_mask_cache && g->sets[s->set].mask)) {
         uint8_t *scratch = malloc((size_t)nv);
         if (!scratch) return UB_E_NOMEM;
         pthread_mutex_lock(&g->mu);

@@ -59,6 +59,7 @@ typedef struct {
     uint8_t has_empty, n_char_top_nz, has_tok_top, pad;
     int32_t chars_only;      /* the set of its char-top stacks (-1 until computed) */
     int32_t *ascii;          /* int32[128] transitions (-2 unknown), NULL until first use */
+    uint64_t *uni;           /* uint64[256] direct-mapped transitions of code points >= 128: (cp + 1) << 32 | set */
     uint8_t *mask;           /* cached allowed set (partial UTF-8 empty), NULL if none */
 } gset;
 
@@ -77,6 +78,7 @@ struct ub_grammar {
     /* transitions (set, code point >= 128) -> set */
     uint64_t *tr_key; int32_t *tr_val; int64_t tr_n, tr_cap;
     int64_t mask_bytes;
+    int no_mask_cache;                   /* benchmarks: every apply walks the trie */
     int32_t init_set;
     /* scratch of advance */
     int32_t *seen; int64_t seen_cap; int32_t seen_gen;

@@ -289,6 +289,8 @@ static int tr_grow(ub_grammar *g) {
     return 0;
 }
 
+static int32_t gram_trans_slow(ub_grammar *g, int32_t set, uint32_t cp);
+
 int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp) {
     gset *s = &g->sets[set];
     if (!s->n_char_top_nz) return 0;
@@ -305,6 +307,19 @@ int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp) {
         if (v >= 0) g->sets[set].ascii[cp] = v;
         return v;
     }
+    if (!s->uni) {
+        s->uni = calloc(256, sizeof(uint64_t));
+        if (!s->uni) { g->failed = 1; return -1; }
+    }
+    uint64_t e = g->sets[set].uni[cp & 255];
+    if ((e >> 32) == (uint64_t)cp + 1) return (int32_t)(uint32_t)e;
+    int32_t v0 = gram_trans_slow(g, set, cp);
+    if (v0 >= 0) g->sets[set].uni[cp & 255] = (((uint64_t)cp + 1) << 32) | (uint32_t)v0;
+    return v0;
+}
+
+/* Code points >= 128: the transition through the grammar-wide hash table (computed on a miss). */
+static int32_t gram_trans_slow(ub_grammar *g, int32_t set, uint32_t cp) {
     uint64_t key = ((uint64_t)(uint32_t)set << 32) | cp;
     if (g->tr_cap) {
         uint64_t m = (uint64_t)g->tr_cap - 1, x = mix(key) & m;
@@ -396,7 +411,7 @@ int gram_stacks_init(ub_grammar *g) {
 }
 
 void gram_stacks_free(ub_grammar *g) {
-    for (int64_t k = 0; k < g->n_sets; k++) { free(g->sets[k].ascii); free(g->sets[k].mask); }
+    for (int64_t k = 0; k < g->n_sets; k++) { free(g->sets[k].ascii); free(g->sets[k].uni); free(g->sets[k].mask); }
     free(g->sets); free(g->set_pool); free(g->set_hash);
     free(g->st_elem); free(g->st_parent); free(g->st_hash);
     free(g->tr_key); free(g->tr_val);

@@ -57,6 +57,8 @@ int32_t ub_grammar_n_rules(const ub_grammar *g);
 /* Rule r's elements: writes up to cap (type, value) pairs to out (int32[2 * cap]); returns the count
  * (END included), -1 for a bad r. */
 int32_t ub_grammar_rule(const ub_grammar *g, int32_t r, int32_t *out, int32_t cap);
+/* on = 0: states of g no longer keep their allowed sets (every apply walks the trie; benchmarks), 1: they do */
+void ub_grammar_set_mask_cache(ub_grammar *g, int on);
 /* Statistics: interned stacks, stack sets, cached masks. */
 void ub_grammar_stats(ub_grammar *g, int64_t *out3);
 

@@ -13,13 +13,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def engine_constrains(tokenizer=None) -> bool:
-    """The engine samples under a JSON schema (SamplingParams.json_schema: the grammar engine is built in) for
-    this tokenizer (the tiny model's byte tokenizer is not a vocabulary the grammar engine takes)."""
+    """The engine samples under a JSON schema started by text already in the prompt (SamplingParams.json_schema
+    and .grammar_prefix: the grammar engine)."""
     import dataclasses
-    from ubatch.engine.byte_tokenizer import ByteTokenizer
     from ubatch.engine.sampling import SamplingParams
-    return (any(f.name == "json_schema" for f in dataclasses.fields(SamplingParams))
-            and not isinstance(tokenizer, ByteTokenizer))
+    names = {f.name for f in dataclasses.fields(SamplingParams)}
+    return "json_schema" in names and "grammar_prefix" in names
 
 
 class ToolPlan:
@@ -38,8 +37,8 @@ class ToolPlan:
         self.constrained = self.forced is not None and constrained
         if self.forced is not None:
             schema = T.arguments_schema(self.tools, self.forced)
-            if not self.constrained and schema.get("type", "object") == "object":
-                self.args_head = '{"' if schema.get("properties") else "{"    # (small models write `5` else)
+            if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
+                self.args_head = '{"' if schema.get("properties") else "{"
             self.prefix = T.forced_prefix(self.forced) + self.args_head
         elif self.required:
             self.prefix = T.OPEN + "\n"
@@ -53,6 +52,12 @@ class ToolPlan:
     def chat_format(self, chat_format):
         """The server's chat format showing these tools (and opening a forced call), or itself without tools."""
         return T.WithTools(chat_format, self.tools, self.choice, self.prefix) if self.active else chat_format
+
+    def sampling(self) -> Dict[str, Any]:
+        """SamplingParams fields of a constrained forced call: the tool's schema, started by the opened text."""
+        if not self.constrained:
+            return {}
+        return {"json_schema": self.schema(), "grammar_prefix": self.args_head or None}
 
     def schema(self) -> Optional[Dict[str, Any]]:
         return T.arguments_schema(self.tools, self.forced) if self.forced is not None else None

@@ -40,6 +40,8 @@ KERNEL_BENCHES = {
     "prefix": ("ubatch.bench.prefix_bench", "bench_prefix.py",
                "prefix caching: a shared system prompt and multi-turn chats, with / without the cache, beside "
                "llama-cpp-python's server"),
+    "grammar": ("ubatch.bench.grammar_bench", "bench_grammar.py",
+                "a grammar applied to the whole vocabulary beside llama.cpp's grammar sampler, both vocabularies"),
     "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",
                     "exact speculative decoding (prompt lookup) on code-editing / prose prompts beside "
                     "llama-cpp-python plain and with its LlamaPromptLookupDecoding"),

@@ -54,6 +54,9 @@ def add_parser(sub) -> None:
                    help="turn automatic prefix caching off (every prompt computed from scratch)")
     p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
                    help="at most N KV cells held by the prefix cache (default: the KV cache, evicted on demand)")
+    p.add_argument("--draft", default=None, metavar="prompt-lookup|MODEL",
+                   help="exact speculative decoding: 'prompt-lookup' or a draft model sharing the vocabulary (the "
+                        "completions are the same token for token)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=40, help="default 40 (<= 0: whole vocabulary)")
     p.add_argument("--top-p", type=float, default=0.95, help="default 0.95")
@@ -152,6 +155,10 @@ def format_report(d: dict) -> str:
         f"(sequences that gave back their cells and recomputed them)",
         _prefix_line(d.get("prefix_cache")),
     ]
+    sp = d.get("speculative")
+    if sp:
+        lines.append(f"speculative       {sp['draft']}: {sp['draft_tokens']} draft tokens, {sp['draft_accepted']} "
+                     f"accepted ({100 * sp['acceptance']:.0f} %), {sp['draft_rows']} draft rows decoded")
     if d["samples"]:
         lines.append("sample completions")
         for smp in d["samples"]:
@@ -190,7 +197,8 @@ def run(args) -> int:
         model, model_name = _load_model(name)
         eng = LLMEngine(model, n_ctx=n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_seq_max=args.parallel,
                         kv_unified=args.kv_unified, n_threads=args.threads, timeline=True,
-                        enable_prefix_caching=not args.no_prefix_cache, prefix_cache_max_cells=args.prefix_cache_cells)
+                        enable_prefix_caching=not args.no_prefix_cache, prefix_cache_max_cells=args.prefix_cache_cells,
+                        draft=args.draft)
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                                 repeat_penalty=args.repeat_penalty, ignore_eos=args.ignore_eos).validated()
     except (ValueError, TypeError, OSError, ImportError) as e:
@@ -249,6 +257,9 @@ def run(args) -> int:
                      "latency_s": round(t.finished - t.added, 6)})
     d["finish_reasons"] = reasons
     d["prefix_cache"] = eng.prefix_stats()
+    st = eng.stats()
+    d["speculative"] = {k: st[k] for k in ("draft", "draft_rows", "draft_tokens", "draft_accepted", "acceptance")
+                        if k in st} or None
     d["messages"] = skipped + d["messages"]
     d["samples"] = [{k: r[k] for k in ("request", "prompt", "text", "finish_reason")}
                     for r in rows[:max(args.samples, 0)]]

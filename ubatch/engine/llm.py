@@ -190,8 +190,7 @@ class LLM:
                 from ubatch.chat.tools import CLOSE
                 stop = sampling.get("stop")
                 sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
-                if plan.constrained:                      # its arguments under the tool's JSON schema
-                    sampling["json_schema"] = plan.schema()
+                sampling.update(plan.sampling())          # its arguments under the tool's JSON schema
         c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
         if plan.active:
             msg, c.finish_reason = plan.message(c.text, c.finish_reason)

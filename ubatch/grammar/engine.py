@@ -137,6 +137,10 @@ class Grammar:
         lib.ub_grammar_rule(self._h, int(r), buf, n)
         return [(buf[2 * i], buf[2 * i + 1]) for i in range(n)]
 
+    def set_mask_cache(self, on: bool) -> None:
+        """Whether states keep their allowed sets (off: every apply walks the vocabulary trie)."""
+        lib.ub_grammar_set_mask_cache(self._h, 1 if on else 0)
+
     def stats(self) -> dict:
         o = ffi.new("int64_t[3]")
         lib.ub_grammar_stats(self._h, o)

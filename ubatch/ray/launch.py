@@ -29,16 +29,16 @@ def run(cfg: ServerConfig, *, address: str | None, replicas: int, replica_cpus: 
         print(f"ubatch serve: {e}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    init = dict(include_dashboard=False, logging_level=log_level.upper())
     if address:
-        ray.init(address=address, **init)
-    else:
-        ray.init(_node_ip_address=cfg.host if cfg.host not in ("0.0.0.0", "::", "") else None, **init)
+        ray.init(address=address, logging_level=log_level.upper())
+    else:      # a local cluster: its node address is --host when that is one address (loopback by default)
+        node_ip = None if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+        ray.init(include_dashboard=False, logging_level=log_level.upper(), _node_ip_address=node_ip)
     try:
-        serve.start(http_options={"host": cfg.host, "port": cfg.port}, detached=False)
+        serve.start(http_options={"host": cfg.host, "port": cfg.port})
         serve.run(app, name="ubatch", route_prefix="/", blocking=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):     # after ray.init: Ray installs its own (it would just die)
+            signal.signal(sig, lambda *_: stop.set())
         print(f"ubatch serve: listening on http://{cfg.host}:{cfg.port} (model {cfg.served_id}, Ray Serve, "
               f"{replicas} replica(s) x {replica_cpus:g} CPU)", flush=True, file=sys.stderr)
         while not stop.wait(0.5):

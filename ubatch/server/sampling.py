@@ -32,6 +32,10 @@ def sampling_params(req: _Sampling, cfg: ServerConfig, SamplingParams, *, max_to
               repeat_penalty=1.0 if req.repeat_penalty is None else float(req.repeat_penalty),
               seed=req.seed, stop=stop_list(req.stop), n=int(req.n), logprobs=logprobs,
               speculative=bool(getattr(req, "speculative", True)))
+    rf = getattr(req, "response_format", None)
+    if rf is not None:
+        from ubatch.server.response_format import grammar_fields
+        kw.update(grammar_fields(rf))
     try:
         return SamplingParams(**kw)
     except (TypeError, ValueError) as e:

@@ -96,7 +96,4 @@ def unsupported(req: _Sampling) -> Optional[tuple]:
             return "suffix", "suffix is not supported"
         if req.best_of is not None and req.best_of != req.n:
             return "best_of", "best_of different from n is not supported"
-    if isinstance(req, ChatRequest):
-        if req.response_format and req.response_format.get("type", "text") != "text":
-            return "response_format", "only response_format {\"type\": \"text\"} is supported"
     return None

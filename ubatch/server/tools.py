@@ -30,7 +30,7 @@ def constrain(params, plan: ToolPlan):
         return params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
     if plan.constrained:
-        params = dataclasses.replace(params, json_schema=plan.schema())
+        params = dataclasses.replace(params, **plan.sampling())
     return params
 
 
