@@ -90,6 +90,11 @@ def test_sampler_chain_and_completions():
         assert "yes".startswith(piece) or "no".startswith(piece), piece
     L.llama_sampler_free(chain)
 
+    llm.eval(llm.tokenize(b"The answer is"))
+    t = llm.sample(temp=0.0, grammar=L.LlamaGrammar.from_string('root ::= " maybe"'))
+    piece = llm.detokenize([t]).decode()
+    assert piece and " maybe".startswith(piece)
+    llm.reset()
     out = llm.create_completion("Is the sky blue? Answer:", max_tokens=6, temperature=0,
                                 grammar=L.LlamaGrammar.from_string('root ::= " " ("yes" | "no")'))
     assert out["choices"][0]["text"] in (" yes", " no")
