@@ -14,7 +14,7 @@ pytestmark = pytest.mark.realmodel
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "chat")
 sys.path.insert(0, DATA)
-from record_real import CASES  # noqa: E402
+from real_cases import CASES  # noqa: E402
 
 with open(os.path.join(DATA, "real_prompts.json"), encoding="utf-8") as _f:
     REC = json.load(_f)["models"]

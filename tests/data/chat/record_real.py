@@ -12,23 +12,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import conversations as C  # noqa: E402
+from real_cases import CASES  # noqa: E402,F401 - the cases, importable without llama-cpp-python
 
 import llama_cpp  # noqa: E402
 from ubatch.model import fetch  # noqa: E402
 
-CASES = {
-    "default": ({}, {"messages": C.CONVERSATIONS["multi_turn"]}),
-    "default_tools": ({}, {"messages": C.TOOL_HISTORY, "tools": C.TOOLS}),
-    "default_forced": ({}, {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,
-                            "tool_choice": {"type": "function", "function": {"name": "add"}}}),
-    "gemma": ({"chat_format": "gemma"}, {"messages": C.CONVERSATIONS["two_systems"]}),
-    "chatml": ({"chat_format": "chatml"}, {"messages": C.CONVERSATIONS["multi_turn"]}),
-    "llama-2": ({"chat_format": "llama-2"}, {"messages": C.CONVERSATIONS["system_user"]}),
-    "chatml-function-calling": ({"chat_format": "chatml-function-calling"},
-                                {"messages": C.TOOL_CONVERSATION, "tools": C.TOOLS,
-                                 "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
-}
 
 
 class Stop(Exception):
