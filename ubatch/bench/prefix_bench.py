@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-from ubatch.bench.serve_bench import _have_llama_server, _model_path, _pct, _Proc, _free_port
+from ubatch.bench.serve_bench import _one, _have_llama_server, _model_path, _pct, _Proc, _free_port
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -66,31 +66,6 @@ def _texts(model: str, system_tokens: int) -> Tuple[str, List[str]]:
         n = len(text.encode()) if tok is None else len(tok.encode(text, add_special=True, parse_special=False))
     return "".join(parts), [f"Question {k}: {p}\nAnswer:" for k, p in enumerate(prompts)]
 
-
-async def _one(client, url: str, model: str, prompt: str, max_tokens: int, usage: bool) -> Dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    if usage:
-        body["stream_options"] = {"include_usage": True}
-    t0 = time.perf_counter()
-    ttft, chunks, exact, text = None, 0, None, []
-    async with client.stream("POST", url + "/v1/completions", json=body) as r:
-        if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            d = json.loads(line[6:])
-            if d.get("usage"):
-                exact = d["usage"]["completion_tokens"]
-            for c in d.get("choices") or []:
-                if c.get("text"):
-                    chunks += 1
-                    text.append(c["text"])
-                    if ttft is None:
-                        ttft = time.perf_counter() - t0
-    t1 = time.perf_counter() - t0
-    return {"ttft": ttft if ttft is not None else t1, "latency": t1,
-            "tokens": exact if exact is not None else chunks, "text": "".join(text)}
 
 
 async def _workload(kind: str, url: str, model: str, system: str, questions: List[str], args, usage: bool) -> dict:

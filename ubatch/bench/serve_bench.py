@@ -102,12 +102,14 @@ class _Proc:
                 self.proc.kill()
 
 
-async def _one(client, url: str, model: str, prompt: str, max_tokens: int, usage: bool) -> Dict[str, float]:
+async def _one(client, url: str, model: str, prompt: str, max_tokens: int, usage: bool) -> Dict:
+    """One streamed greedy completion: time to first text chunk, latency, tokens (the usage count when asked
+    for, else the text chunks) and the text."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     if usage:
         body["stream_options"] = {"include_usage": True}
     t0 = time.perf_counter()
-    ttft, chunks, exact = None, 0, None
+    ttft, chunks, exact, text = None, 0, None, []
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
@@ -120,10 +122,12 @@ async def _one(client, url: str, model: str, prompt: str, max_tokens: int, usage
             for c in d.get("choices") or []:
                 if c.get("text"):
                     chunks += 1
+                    text.append(c["text"])
                     if ttft is None:
                         ttft = time.perf_counter() - t0
     t1 = time.perf_counter() - t0
-    return {"ttft": ttft if ttft is not None else t1, "latency": t1, "tokens": exact if exact is not None else chunks}
+    return {"ttft": ttft if ttft is not None else t1, "latency": t1,
+            "tokens": exact if exact is not None else chunks, "text": "".join(text)}
 
 
 async def _load(url: str, model: str, prompts: List[str], clients: int, requests: int, max_tokens: int,

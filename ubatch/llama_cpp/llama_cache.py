@@ -6,7 +6,7 @@ import hashlib
 import os
 import pickle
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple
+from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,6 +17,17 @@ def token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens a and b share (one vectorised comparison, not a loop per token)."""
     from ubatch.engine.prefix_index import common_prefix
     return common_prefix(np.asarray(a, np.int64), np.asarray(b, np.int64))
+
+
+def _longest_prefix_key(keys: Iterable[Tuple[int, ...]], key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    """The cached key sharing the longest token prefix with `key` (the first of equals; None when none shares a
+    token) — llama-cpp-python's lookup, one vectorised comparison per cached key."""
+    best, best_len = None, 0
+    for k in keys:
+        n = token_prefix(k, key)
+        if n > best_len:
+            best, best_len = k, n
+    return best
 
 
 class BaseLlamaCache:
@@ -54,12 +65,7 @@ class LlamaRAMCache(BaseLlamaCache):
         return sum(self._size(s) for s in self.cache_state.values())
 
     def _find_longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
-        best, best_len = None, 0
-        for k in self.cache_state:
-            n = token_prefix(k, key)
-            if n > best_len:
-                best, best_len = k, n
-        return best
+        return _longest_prefix_key(self.cache_state, key)
 
     def __getitem__(self, key: Sequence[int]):
         k = self._find_longest_prefix_key(tuple(key))
@@ -117,12 +123,7 @@ class LlamaDiskCache(BaseLlamaCache):
                    if os.path.exists(self._file(s, ".state")))
 
     def _find_longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
-        best, best_len = None, 0
-        for k in self._keys:
-            n = token_prefix(k, key)
-            if n > best_len:
-                best, best_len = k, n
-        return best
+        return _longest_prefix_key(self._keys, key)
 
     def __getitem__(self, key: Sequence[int]):
         k = self._find_longest_prefix_key(tuple(key))
