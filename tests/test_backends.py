@@ -1,7 +1,6 @@
 """The kernel back-ends: the CPU probe, UBATCH_KERNELS, set_backend's errors, and the SIMD back-ends'
 agreement (avx2, avxvnni and avx512 give bitwise the same matmul results; each is batch-invariant on its own,
 test_matmul.py runs every kernel on every back-end this CPU has)."""
-import os
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ from ubatch.compute import matmul as mm
 from matmul_ref import ALL_TYPES, BLOCK, random_weight
 
 from backends import BACKENDS
+from child_process import CHILD_CWD, child_env
 
 SIMD = [b for b in BACKENDS if b != "generic"]
 
@@ -41,8 +41,9 @@ def test_set_backend_errors_name_the_choice(monkeypatch):
 
 
 def _run(env_value, code):
-    env = dict(os.environ, UBATCH_KERNELS=env_value)
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env = child_env(UBATCH_KERNELS=env_value)         # the same ubatch as this process (the install in CI)
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=CHILD_CWD, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_env_forces_a_backend_or_raises_naming_it():
