@@ -17,11 +17,12 @@ _LISTEN = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
 class ServerProcess:
-    def __init__(self, *args: str, model: str = "tiny-llama", timeout: float = 120.0) -> None:
+    def __init__(self, *args: str, model: str = "tiny-llama", timeout: float = 120.0,
+                 env: Optional[dict] = None) -> None:
         cmd = [sys.executable, "-m", "ubatch", "serve", "--model", model, "--host", "127.0.0.1", "--port", "0",
                *args]
-        self.proc = subprocess.Popen(cmd, cwd=CHILD_CWD, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(cmd, cwd=CHILD_CWD, env=child_env(**(env or {})), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
         self.log: List[str] = []
         self.url: Optional[str] = None
         deadline = time.monotonic() + timeout
