@@ -21,6 +21,20 @@ from spec_helpers import kv_state, repetitive_prompts
 from test_llama_cpp_llama import ByteVocab
 
 MODEL = tiny_llama()
+
+
+class _PriorCost(CostModel):
+    """The step-cost model at its prior (b = R0 * a), not fitted to this machine's wall clock: whether the engine
+    drafts must not depend on how fast the machine runs the tests (the ASan build, a loaded machine)."""
+
+    def observe(self, ubatches: int, rows: int, seconds: float) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _cost_at_prior(monkeypatch):
+    import ubatch.engine.spec_engine as se
+    monkeypatch.setattr(se, "CostModel", _PriorCost)
 SAMPLING = [dict(temperature=0.0),
             dict(temperature=0.9, top_k=0, top_p=0.9, min_p=0.0, seed=11, repeat_penalty=1.1),
             dict(temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.2, repeat_last_n=8)]
@@ -74,9 +88,10 @@ def test_engine_identical_with_prompt_lookup(sampling, kv_unified):
     assert [o.text for o in spec] == [o.text for o in plain]
     assert [o.finish_reason for o in spec] == [o.finish_reason for o in plain]
     st = eng.stats()
-    assert st["draft_tokens"] > 0                                        # the draft really ran
-    if sampling["temperature"] == 0.0:
-        assert st["draft_accepted"] > 0                                  # and (greedy, repetitive) helped
+    if sampling["temperature"] == 0.0:                                   # greedy on repetitive prompts:
+        assert st["draft_tokens"] > 0 and st["draft_accepted"] > 0       # the draft really ran and helped
+    else:   # sampled: the acceptance rate may rightly switch drafting off (it depends on the exact logits, which
+        print(f"sampled: {st['draft_tokens']} draft tokens")   # differ between an -O1 ASan build and -O3)
     assert st["generated_tokens"] == sum(len(o.tokens) for o in plain) + sum(o.finish_reason == "stop" for o in plain)
 
 
