@@ -37,12 +37,51 @@ def model_path(wtype: str) -> str:
     return p
 
 
+def agreement(m, lc, n_prompts: int = 4, n: int = 64) -> dict:
+    """Per-row max |Δlogit| and argmax agreement over n_prompts x n rows: ubatch (n_ubatch 128) against
+    llama.cpp (n_ubatch 128), beside llama.cpp's own n_ubatch 1 against its n_ubatch 128."""
+    import numpy as np
+    import ubatch
+    L = lc.L
+
+    def llama(toks, nu):
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 128, 128, nu, 1
+        cp.n_threads = cp.n_threads_batch = 2
+        cp.type_k = cp.type_v = L.GGML_TYPE_F32
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        c = L.llama_init_from_model(lc.model, cp)
+        b = lc._batch(toks, range(n), [0] * n, [1] * n)
+        assert L.llama_decode(c, b) == 0
+        r = np.stack([np.ctypeslib.as_array(L.llama_get_logits_ith(c, i), shape=(lc.n_vocab,)).copy()
+                      for i in range(n)])
+        L.llama_batch_free(b)
+        L.llama_free(c)
+        return r
+
+    d_ub, d_lc, eq_ub, eq_lc = [], [], 0, 0
+    for s in range(n_prompts):
+        toks = np.random.default_rng(100 + s).integers(0, m.n_vocab, n).tolist()
+        ctx = ubatch.Context(m, n_ctx=128, n_ubatch=128, n_threads=2)
+        ctx.decode(ubatch.Batch.from_arrays(tokens=toks, pos=list(range(n)), seq_ids=[0] * n, output=[1] * n))
+        ub = np.stack([ctx.get_logits_ith(i) for i in range(n)])
+        a, b = llama(toks, 128), llama(toks, 1)
+        d_ub += np.abs(ub - a).max(axis=1).tolist()
+        d_lc += np.abs(b - a).max(axis=1).tolist()
+        eq_ub += int((ub.argmax(1) == a.argmax(1)).sum())
+        eq_lc += int((b.argmax(1) == a.argmax(1)).sum())
+    q = lambda d: dict(p50=float(np.median(d)), p90=float(np.quantile(d, 0.9)), max=float(np.max(d)))  # noqa: E731
+    return dict(rows=len(d_ub), ubatch_vs_llama=q(d_ub), llama_u1_vs_u128=q(d_lc), argmax_equal_ubatch=eq_ub,
+                argmax_equal_llama_u1=eq_lc)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--type", default="q4_0", choices=("q4_0", "q8_0"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--agreement-only", action="store_true")
     a = ap.parse_args(argv)
     from ubatch.bench import models_bench as mb
     from ubatch.model.model import Model
@@ -54,6 +93,8 @@ def main(argv=None) -> int:
         work.append((f"decode B={B}", lambda B=B: mb.ubatch_decode(m, B, False, 1),
                      lambda B=B: lc.decode(B, False, 1)))
     rows = []
+    if a.agreement_only:
+        work = []
     print(f"model {os.path.basename(path)} ({os.path.getsize(path) / 2**20:.1f} MiB), {a.reps} paired reps, "
           f"CPU {mb.cpu_info().get('model', '?')}")
     print("| workload | ubatch tok/s | llama.cpp tok/s | ubatch / llama.cpp |\n|---|---:|---:|---:|")
@@ -65,11 +106,17 @@ def main(argv=None) -> int:
         mu, ml = statistics.median(u), statistics.median(l)
         rows.append(dict(workload=name, ubatch=mu, llama_cpp=ml, ratio=mu / ml, ubatch_all=u, llama_cpp_all=l))
         print(f"| {name} | {mu:.1f} | {ml:.1f} | {mu / ml:.2f} |", flush=True)
+    agree = agreement(m, lc)
+    print(f"agreement over {agree['rows']} rows (per-row max |dlogit| p50 / p90 / max; argmax equal): ubatch vs "
+          f"llama.cpp {agree['ubatch_vs_llama']['p50']:.3f} / {agree['ubatch_vs_llama']['p90']:.3f} / "
+          f"{agree['ubatch_vs_llama']['max']:.3f}, {agree['argmax_equal_ubatch']}; llama.cpp n_ubatch 1 vs 128 "
+          f"{agree['llama_u1_vs_u128']['p50']:.3f} / {agree['llama_u1_vs_u128']['p90']:.3f} / "
+          f"{agree['llama_u1_vs_u128']['max']:.3f}, {agree['argmax_equal_llama_u1']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(model=os.path.basename(path), sizes=SIZES, type=a.type, reps=a.reps,
                            cpu=mb.cpu_info(), time=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           rows=rows), f, indent=1)
+                           rows=rows, agreement=agree), f, indent=1)
     return 0
 
 
