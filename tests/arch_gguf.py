@@ -1,6 +1,6 @@
 """Tiny random-weight GGUF models of every dense architecture variant ubatch reads (issue 25 item 1), written
-with the `gguf` package from fixed seeds: the files llama.cpp's logits were recorded on (tests/record_arch.py,
-recordings in tests/data/arch/) and that the agreement tests rebuild byte for byte (the recording stores each
+with the `gguf` package from fixed seeds: the files llama.cpp's logits were recorded on (tests/record_arch_dense.py,
+recordings in tests/data/arch_dense/) and that the agreement tests rebuild byte for byte (the recording stores each
 file's sha256).
 
 Every model: 64-dim embeddings, 4 heads of 16 (2 KV heads), FFN 96, 2 layers (smollm3: 4, so that layer 3 is a

@@ -1,6 +1,6 @@
 """The dense architectures of issue 25 item 1 (llama with every rope scaling, qwen3, phi3, granite, olmo2,
 minicpm, smollm3) on tiny random-weight GGUFs (tests/arch_gguf.py) against llama.cpp's logits recorded by
-tests/record_arch.py (tests/data/arch, llama-cpp-python 0.3.36).
+tests/record_arch_dense.py (tests/data/arch_dense, llama-cpp-python 0.3.36).
 
 The agreement rule is the real models' (tests/realmodel_replay.py), with llama.cpp's own spread measured
 between its recorded configurations of the same rows (n_ubatch 512 / 2 threads, n_ubatch 1 / 1 thread, and
@@ -29,7 +29,7 @@ import arch_gguf
 from invariance_driver import others_for, run_target
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "data", "arch")
+DATA = os.path.join(HERE, "data", "arch_dense")
 with open(os.path.join(DATA, "index.json")) as _f:
     INDEX = json.load(_f)
 RUNS = sorted(INDEX)
@@ -42,7 +42,7 @@ def model_of(variant: str, tmp_path_factory) -> ubatch.Model:
         want = next(e["gguf_sha256"] for e in INDEX.values() if e["variant"] == variant)
         if arch_gguf.sha256(path) != want:
             pytest.fail(f"{variant}: the gguf package wrote other bytes than the recorded file (sha256 "
-                        f"{arch_gguf.sha256(path)[:12]} != {want[:12]}): re-record with tests/record_arch.py")
+                        f"{arch_gguf.sha256(path)[:12]} != {want[:12]}): re-record with tests/record_arch_dense.py")
         _MODELS[variant] = ubatch.Model.from_gguf(path)
     return _MODELS[variant]
 

@@ -1,13 +1,13 @@
 """Records llama.cpp's logits on the tiny architecture models of tests/arch_gguf.py with llama-cpp-python 0.3.36
-(python tests/record_arch.py [variant ...]); the tests never import this file.
+(python tests/record_arch_dense.py [variant ...]); the tests never import this file.
 
 For each variant: the GGUF is written by arch_gguf.write, loaded with llama.cpp's default model parameters and
 decoded in CONFIGS (llama.cpp's default context parameters except n_ctx / n_batch / n_ubatch / n_threads, f32
 K/V, flash attention off) through the low-level API: one prompt of PROMPT_LEN tokens (seeded) with logits on
 every row, then N_GREEDY single-token steps on configuration 0's greedy tokens (each configuration decodes the
 same tokens, so the rows correspond); for SHIFT_RUNS also a K-shift scenario (the prompt, llama_memory_seq_add
-of every cell by SHIFT, one token). Written: tests/data/arch/<variant>.npz (float32 logits [rows, n_vocab]
-per configuration, the tokens) and a line in tests/data/arch/index.json (the GGUF's sha256, the configurations,
+of every cell by SHIFT, one token). Written: tests/data/arch_dense/<variant>.npz (float32 logits [rows, n_vocab]
+per configuration, the tokens) and a line in tests/data/arch_dense/index.json (the GGUF's sha256, the configurations,
 the llama-cpp-python version, the date)."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import arch_gguf  # noqa: E402
 
 import llama_cpp as L  # noqa: E402
 
-OUT = os.path.join(HERE, "data", "arch")
+OUT = os.path.join(HERE, "data", "arch_dense")
 PROMPT_LEN, N_GREEDY = 20, 4
 # n_ctx 256 is llama.cpp's smallest (it pads to 256); phi3-long: the same model in a 512-cell context, beyond
 # its rope.scaling.original_context_length (256), where llama.cpp switches to the long rope factors.
