@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 
 from ubatch.compute import fused, kernels
-from ubatch.model import ops
+from ubatch.model import moe, ops
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 from ubatch.model.weights import TensorSource, Weight
@@ -43,6 +43,7 @@ class Layer:
     k_norm: Optional[np.ndarray] = None
     post_attn_norm: Optional[np.ndarray] = None
     post_ffw_norm: Optional[np.ndarray] = None
+    moe: Optional[object] = None           # ubatch.model.moe.MoEWeights: the FFN is a mixture of experts
 
 
 @dataclass
@@ -187,6 +188,9 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
             a = a * rs
         x = x + a
         h = ops.rms_norm(x, L.ffn_norm, eps) if L.ffn_norm is not None else x
+        if L.moe is not None:
+            x = x + moe.ffn(L.moe, hp, h, nt)
+            continue
         f = ops.silu_mul(ops.matmul(h, L.w_gate, nt), ops.matmul(h, L.w_up, nt))
         d = ops.matmul(f, L.w_down, nt)
         if L.post_ffw_norm is not None:
