@@ -105,6 +105,7 @@ struct ub_grammar {
     uint32_t *ucls;                      /* class of each of vocab->ucp, NULL without a code-point trie */
     /* transitions (set, class) -> set of grammars with more than GRAM_DENSE_CLASSES classes */
     uint64_t *tr_key; int32_t *tr_val; int64_t tr_n, tr_cap;
+    int64_t tr_bytes;                    /* bytes of the sets' dense transition tables */
     int64_t mask_bytes;
     int no_mask_cache;                   /* benchmarks: every apply walks the trie */
     int32_t init_set;
@@ -133,6 +134,7 @@ int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp);    /* -1 on a limit
 int32_t gram_trans_cls(ub_grammar *g, int32_t set, uint32_t cls, uint32_t cp);
 int gram_classes_init(ub_grammar *g);                          /* brk, cls_ascii, ucls: 0 or -1 (memory) */
 #define GRAM_DENSE_CLASSES 2048
+#define GRAM_DENSE_BUDGET ((int64_t)32 << 20)
 int32_t gram_chars_only(ub_grammar *g, int32_t set);            /* -1 on a limit */
 int32_t gram_token_step(ub_grammar *g, int32_t set, int32_t token, int32_t cp_set);  /* union with cp_set */
 int gram_match_char(const gelem *pos, uint32_t chr, const gelem **after);

@@ -290,15 +290,18 @@ static int tr_grow(ub_grammar *g) {
 }
 
 /* Transition of `set` by code point cp of class cls: the set's dense table (allocated on first use) or, for
- * grammars with many classes, the grammar-wide hash table keyed by (set, class); computed on a miss. */
+ * grammars with many classes or once the dense tables hold GRAM_DENSE_BUDGET bytes, the grammar-wide hash table
+ * keyed by (set, class); computed on a miss. */
 int32_t gram_trans_cls(ub_grammar *g, int32_t set, uint32_t cls, uint32_t cp) {
     if (!g->sets[set].n_char_top_nz) return 0;
-    if (g->n_classes <= GRAM_DENSE_CLASSES) {
+    int64_t need = (int64_t)g->n_classes * (int64_t)sizeof(int32_t);
+    if (g->sets[set].tr || (g->n_classes <= GRAM_DENSE_CLASSES && g->tr_bytes + need <= GRAM_DENSE_BUDGET)) {
         if (!g->sets[set].tr) {
-            int32_t *a = malloc((size_t)g->n_classes * sizeof(int32_t));
+            int32_t *a = malloc((size_t)need);
             if (!a) { g->failed = 1; return -1; }
             for (int32_t i = 0; i < g->n_classes; i++) a[i] = -2;
             g->sets[set].tr = a;
+            g->tr_bytes += need;
         }
         int32_t v = g->sets[set].tr[cls];
         if (v != -2) return v;
