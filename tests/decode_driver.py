@@ -9,7 +9,7 @@ import numpy as np
 
 from ubatch import Batch, BatchAllocator
 from ubatch.memory.placement import Placement
-from ubatch.compute.runner import ModelRunner
+from ubatch.engine.model_runner import ModelRunner
 
 
 class NumpyCells:

@@ -1,6 +1,6 @@
-"""A stand-in for ubatch.runner.ModelRunner (issue 4) that checks what the Context hands it and returns
+"""A stand-in for ubatch.engine.model_runner.ModelRunner (issue 4) that checks what the Context hands it and returns
 outputs that identify their token: logits row = one-hot of the token id (+ batch index in column 0 of
-embd), so the Context's output bookkeeping can be verified exactly. Installed as `ubatch.runner` by the
+embd), so the Context's output bookkeeping can be verified exactly. Installed as `ubatch.engine.model_runner` by the
 fixture in the tests that use it."""
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class FakeRunner:
 
 
 def install(monkeypatch):
-    mod = types.ModuleType("ubatch.compute.runner")
+    mod = types.ModuleType("ubatch.engine.model_runner")
     mod.ModelRunner = FakeRunner
-    monkeypatch.setitem(sys.modules, "ubatch.compute.runner", mod)
+    monkeypatch.setitem(sys.modules, "ubatch.engine.model_runner", mod)
     FakeRunner.instances.clear()

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-import ubatch.kernels as K
+import ubatch.compute.kernels as K
 from ubatch.compute import backends as be
 from ubatch.compute import matmul as mm
 from matmul_ref import ALL_TYPES, BLOCK, random_weight
@@ -47,7 +47,7 @@ def _run(env_value, code):
 
 
 def test_env_forces_a_backend_or_raises_naming_it():
-    code = "import ubatch.kernels as K; print(K.active_backend())"
+    code = "import ubatch.compute.kernels as K; print(K.active_backend())"
     for name in BACKENDS:
         r = _run(name, code)
         assert r.returncode == 0 and r.stdout.strip() == name, r.stderr

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ubatch
-from ubatch.model.gguf_model import Model
+from ubatch.model.model import Model
 from ubatch.models import tiny_llama
 
 if not hasattr(ubatch, "Context"):

@@ -1,4 +1,4 @@
-"""The fused forward (one C call per layer: ubatch.compute.fused, csrc/compute/layer.c) against the Python
+"""The fused forward (one C call per layer: ubatch.model.fused, csrc/compute/layer.c) against the Python
 reference path, bitwise, on the tiny model (every KV layout / type / thread count / n_ubatch of the
 invariance matrix that differs) and on the real models; its pieces: the GeGLU table kernel against
 ubatch.model.ops.gelu_mul, ub_matmul_multi against separate matmuls, and the C side's error messages."""
@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType as T
 import ubatch
 from ubatch import Batch
 from ubatch._ffi import ffi, lib
-from ubatch.compute import fused
+from ubatch.model import fused
 from ubatch.compute import matmul as mm
 from ubatch.model import ops as mops
 from invariance_driver import others_for, run_target

@@ -230,9 +230,9 @@ def _install_swa_runner(monkeypatch):
             assert place.swa is not None and place.swa.cells.shape == place.cells.shape
             return super().compute(ub, place)
 
-    mod = types.ModuleType("ubatch.compute.runner")
+    mod = types.ModuleType("ubatch.engine.model_runner")
     mod.ModelRunner = SWARunner
-    monkeypatch.setitem(sys.modules, "ubatch.compute.runner", mod)
+    monkeypatch.setitem(sys.modules, "ubatch.engine.model_runner", mod)
     FakeRunner.instances.clear()
     return FakeRunner.instances
 

@@ -184,8 +184,8 @@ def test_swa_window_of_a_sequence_ending_at_int32_max():
     (lambda: __import__("ubatch").Context(None, n_ctx=2**31 - 1), r"n_ctx = 2147483648 \(padded to 256\) gives 1 x 2147483648"),
     (lambda: __import__("ubatch").Context(None, n_ctx=2**30), r"n_ctx = 1073741824 .* would need 68\.0 GiB"),
     (lambda: __import__("ubatch").Context(None, n_ctx=2**30, n_seq_max=256), r"256 stream\(s\) x 4194304 cells"),
-    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(1, 2**31 - 1), r"1 x 2147483647 cells would need 136\.0 GiB"),
-    (lambda: __import__("ubatch.kv_cache").kv_cache.KVCache(256, 2**23), r"n_stream \* size = 2147483648"),
+    (lambda: __import__("ubatch.memory.kv_cache").memory.kv_cache.KVCache(1, 2**31 - 1), r"1 x 2147483647 cells would need 136\.0 GiB"),
+    (lambda: __import__("ubatch.memory.kv_cache").memory.kv_cache.KVCache(256, 2**23), r"n_stream \* size = 2147483648"),
 ])
 def test_oversized_context_and_cache_refused_up_front(make, match, sixteen_gib):
     with pytest.raises(ValueError, match=match):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from decode_driver import replay
-from ubatch.model.gguf_model import Model
+from ubatch.model.model import Model
 from ubatch.models import tiny_llama
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -8,7 +8,7 @@ from ubatch.compute import kernels
 from ubatch.compute import ops as cops
 from ubatch.models import tiny_llama
 from ubatch.memory.placement import Placement
-from ubatch.compute.runner import ModelRunner
+from ubatch.engine.model_runner import ModelRunner
 
 MODEL = tiny_llama()
 
@@ -53,7 +53,7 @@ def test_pooled_embeddings_match_numpy(pooling):
 def test_failure_leaves_kv_untouched(monkeypatch, path):
     """A failure in the second layer (after the first wrote its K/V rows) leaves the K/V data as before, on the
     Python reference path (attention fails) and on the fused path (the second C layer call fails)."""
-    from ubatch.compute import fused
+    from ubatch.model import fused
     ub = one_ubatch([1, 2, 3], [0, 1, 2], [0, 0, 0])
     cells = NumpyCells(1, 32, 4, True)
     place = cells.place(ub)

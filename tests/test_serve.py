@@ -1,4 +1,4 @@
-"""Continuous batching (ubatch.serve): greedy outputs equal one-sequence-at-a-time decoding, the server's
+"""Continuous batching (ubatch.engine.batcher): greedy outputs equal one-sequence-at-a-time decoding, the server's
 KV-full retry/evict path, rejection and the context limit, statistics that add up."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import ubatch
 from ubatch.common.errors import BatchError
 from ubatch.models import tiny_llama
-from ubatch.engine.serve import (EVICTED, FINISHED, REJECTED, ContinuousBatcher, Request, Scheduler, make_requests,
-                          parse_range)
+from ubatch.engine.batcher import ContinuousBatcher
+from ubatch.engine.request import EVICTED, FINISHED, REJECTED, Request, make_requests, parse_range
+from ubatch.engine.scheduler import Scheduler
 
 
 @pytest.fixture(scope="module")

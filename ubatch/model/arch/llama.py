@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
+from ubatch.compute import kernels
+from ubatch.model import fused
 from ubatch.model import ops
 from ubatch.model.gguf_file import GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
@@ -117,7 +118,7 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return decoder_forward(model, step, x, keep)

@@ -1,7 +1,7 @@
 """ModelRunner: the forward pass of one ubatch over runner-owned K/V data.
 
 The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights (a ubatch.Model) and the
-K/V data (ubatch.compute.kv_store.KVStore: one per KV cache). What the Context calls, in order, per decode:
+K/V data (ubatch.engine.kv_store.KVStore: one per KV cache). What the Context calls, in order, per decode:
 `update(copies, shift[, swa_copies, swa_shift])` when a stream copy / K-shift is pending, then per ubatch
 `save_cells(place)` and `compute(ub, place)` (place: ubatch.memory.placement.Placement); on a failure
 `restore_cells` in reverse and, if an update was pending, `restore_kv(snapshot_kv())` — so a failed decode
@@ -23,7 +23,7 @@ import numpy as np
 from ubatch._ffi import ffi, lib
 from ubatch.compute import kernels
 from ubatch.compute import ops as cops
-from ubatch.compute.kv_store import KV_TYPES, KVStore
+from ubatch.engine.kv_store import KV_TYPES, KVStore
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model import ops
 
