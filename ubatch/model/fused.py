@@ -1,7 +1,7 @@
 """The fused forward: each decoder layer in one C call (csrc/compute/layer.c: ub_layer_forward) instead of
 ~15 kernel calls and numpy ops from Python. The C layer composes the same kernels as the Python reference
 path (forward_reference in ubatch/model/arch/llama.py and gemma3.py) in the same order, so its results are
-bitwise the same (tests/test_fused.py compares the two on every model).
+bitwise the same (tests/model/test_fused.py compares the two on every model).
 
     enabled(model)                    whether model's forward takes the fused path (UBATCH_FUSED=0 or
                                       set_enabled(False) turns it off; M-RoPE models are never fused)
