@@ -16,8 +16,8 @@ if not hasattr(ubatch, "Context"):
     pytest.skip("ubatch.Context is not available yet (decode loop not merged)", allow_module_level=True)
 
 from suite_paths import DATA  # noqa: E402
-DATA = os.path.join(DATA, "decode")
-SCENARIOS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DATA, "*__*.json")))
+DECODE = os.path.join(DATA, "decode")
+SCENARIOS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DECODE, "*__*.json")))
 TWINS = [("kv_full_unified__u256", "kv_full_unified_twin__u256"),
          ("kv_full_unified__u3", "kv_full_unified_twin__u3"),
          ("rollback_seq_rm__u256", "rollback_twin__u256"),
@@ -34,9 +34,9 @@ def model_for(name):
 
 
 def load(name):
-    with open(os.path.join(DATA, name + ".json")) as f:
+    with open(os.path.join(DECODE, name + ".json")) as f:
         doc = json.load(f)
-    return doc, np.load(os.path.join(DATA, name + ".npz"))
+    return doc, np.load(os.path.join(DECODE, name + ".npz"))
 
 
 def tolerance(doc):

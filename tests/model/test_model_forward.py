@@ -12,8 +12,8 @@ from ubatch.model.model import Model
 from ubatch.models import tiny_llama
 
 from suite_paths import DATA  # noqa: E402
-DATA = os.path.join(DATA, "decode")
-SCENARIOS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DATA, "*__*.json")))
+DECODE = os.path.join(DATA, "decode")
+SCENARIOS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DECODE, "*__*.json")))
 
 _models = {}
 
@@ -38,9 +38,9 @@ def test_all_scenarios_present():
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_scenario_logits(name):
-    with open(os.path.join(DATA, name + ".json")) as f:
+    with open(os.path.join(DECODE, name + ".json")) as f:
         doc = json.load(f)
-    ref = np.load(os.path.join(DATA, name + ".npz"))
+    ref = np.load(os.path.join(DECODE, name + ".npz"))
     tol = tolerance(doc)
     n_steps = 0
     threads = doc["scenario"]["ctx"]["n_threads"]
