@@ -6,7 +6,7 @@ This module also holds the decoder the other dense architectures share (qwen2, q
 minicpm, smollm3): `Layer` with its optional pieces (pre-norms, Q/K/V/O biases, per-head or whole-row Q/K
 RMSNorm, post-norms), `decoder_forward` (the reference path: one kernel call per operation) and the
 hyperparameter-driven options (rope scaling and factors, NoPE layers, Q scale, residual / embedding / logit
-multipliers) that the fused C layer (ubatch.compute.fused) applies the same way."""
+multipliers) that the fused C layer (ubatch.model.fused) applies the same way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +14,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
-from ubatch.model import moe, ops
+from ubatch.compute import kernels
+from ubatch.model import fused, moe, ops
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 from ubatch.model.weights import TensorSource, Weight
@@ -202,7 +202,7 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return decoder_forward(model, step, x, keep)
