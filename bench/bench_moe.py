@@ -1,5 +1,5 @@
 """Mixture-of-experts throughput beside llama.cpp on a synthetic qwen3moe (no download): the tiny_arch writer
-(tests/tiny_arch.py) with larger sizes — n_embd 768, 12 heads (4 KV) of 64, 6 layers, 32 experts of width 256,
+(tests/model/tiny_arch.py) with larger sizes — n_embd 768, 12 heads (4 KV) of 64, 6 layers, 32 experts of width 256,
 top-4, normalised weights, Q4_0 or Q8_0 matrices, the 260-token vocabulary — written once into
 ~/.cache/ubatch/bench_moe/. Workloads of bench_models.py (ubatch/bench/models_bench.py): prefill of 512
 tokens, decode of B sequences after 128-token prompts (32 timed steps), per-sequence KV, 2 threads, f32 K/V,
@@ -19,7 +19,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "model"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
 
 SIZES = dict(n_embd=768, n_head=12, n_head_kv=4, head_dim=64, n_layer=6, n_ff=1024, n_expert=32, n_used=4,
              n_ff_exp=256)
