@@ -117,7 +117,7 @@ def test_granite_without_rope_survives_a_k_shift(tmp_path_factory):
 
 
 def test_supported_archs_listed():
-    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3"):
+    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3", "exaone4"):
         assert a in SUPPORTED_ARCHS
 
 
@@ -171,6 +171,7 @@ FEATURE_OFF = {
     "granite": lambda m: _without(m, residual_scale=0.0),
     "olmo2": lambda m: _without(m, w_layers=_layers_without(m, post_attn_norm=None)),
     "minicpm": lambda m: _without(m, logit_scale=0.0),
+    "exaone4": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "smollm3": lambda m: _without(m, no_rope_layer_step=0),
 }
 
@@ -197,8 +198,8 @@ def test_fused_bitwise_reference(variant, tmp_path_factory):
     assert np.array_equal(a, b)
 
 
-INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "llama-yarn",
-             "llama-rope-freqs", "llama-longrope"]
+INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "exaone4",
+             "llama-yarn", "llama-rope-freqs", "llama-longrope"]
 
 
 @pytest.mark.parametrize("variant", INV_ARCHS)
@@ -230,6 +231,8 @@ VT = arch_gguf.VT
     ("olmo2", {"olmo2.attention.sliding_window": (4, VT.UINT32)}, "olmo2.attention.sliding_window"),
     ("qwen3", {"qwen3.rope.dimension_count": (8, VT.UINT32)}, "invalid n_rot"),
     ("phi3", {"phi3.rope.dimension_count": (18, VT.UINT32)}, "invalid n_rot"),
+    ("exaone4", {"exaone4.nextn_predict_layers": (1, VT.UINT32)}, "exaone4.nextn_predict_layers"),
+    ("exaone4", {"exaone4.block_count": (64, VT.UINT32)}, "sliding-window layers"),
 ])
 def test_unsupported_hparams_raise_naming_them(tmp_path, variant, kv, needle):
     with pytest.raises(GGUFError, match=needle.replace("(", r"\(").replace(".", r"\.")):
