@@ -246,6 +246,11 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
     p = arch_gguf.write(tmp_path / "a.gguf", variant, tensors={tensor: np.ones(5, dtype=np.float32)})
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' has wrong shape"):
         ubatch.Model.from_gguf(p)
+    bad = np.ones(arch_gguf.HD // 2 if variant != "phi3" else 6, dtype=np.float32)
+    bad[1] = 0.0
+    p = arch_gguf.write(tmp_path / "b.gguf", variant, tensors={tensor: bad})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' must hold finite non-zero factors"):
+        ubatch.Model.from_gguf(p)
 
 
 def test_rewrite_roundtrip_loads(tmp_path):
@@ -353,3 +358,20 @@ def test_k_shift_agrees_with_llama_cpp(run, tmp_path_factory):
     assert np.abs(u - confs[0]).max() <= S, (np.abs(u - confs[0]).max(), S)
     if min(np.sort(c)[-1] - np.sort(c)[-2] for c in confs) >= M:
         assert u.argmax() == confs[0].argmax()
+
+
+@pytest.mark.parametrize("run", ["llama-yarn", "phi3-long", "granite"])
+def test_drop_in_llama_agrees(run, tmp_path):
+    """Through the llama-cpp-python drop-in (ubatch.llama_cpp.Llama, the context's rope parameters derived as
+    llama.cpp's cparams), the prompt rows agree the same way."""
+    from ubatch.llama_cpp import Llama
+    e, z = recording(run)
+    path = arch_gguf.write(tmp_path / "m.gguf", e["variant"])
+    llm = Llama(model_path=path, n_ctx=e["n_ctx"], n_batch=512, n_ubatch=512, n_threads=2, logits_all=True,
+                verbose=False, flash_attn=False, type_k=0, type_v=0)   # f32 K/V as recorded
+    pr = z["prompt"].tolist()
+    llm.eval(pr)
+    S, M, clear, ref = rule(run)
+    u = np.array(llm.scores[:len(pr)])
+    assert np.abs(u - ref[:len(pr)]).max(axis=1).max() <= S
+    assert np.array_equal(u.argmax(1)[clear[:len(pr)]], ref[:len(pr)].argmax(1)[clear[:len(pr)]])
