@@ -117,7 +117,7 @@ def test_granite_without_rope_survives_a_k_shift(tmp_path_factory):
 
 
 def test_supported_archs_listed():
-    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3"):
+    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3", "exaone4"):
         assert a in SUPPORTED_ARCHS
 
 
@@ -171,6 +171,7 @@ FEATURE_OFF = {
     "granite": lambda m: _without(m, residual_scale=0.0),
     "olmo2": lambda m: _without(m, w_layers=_layers_without(m, post_attn_norm=None)),
     "minicpm": lambda m: _without(m, logit_scale=0.0),
+    "exaone4": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "smollm3": lambda m: _without(m, no_rope_layer_step=0),
 }
 
@@ -197,8 +198,8 @@ def test_fused_bitwise_reference(variant, tmp_path_factory):
     assert np.array_equal(a, b)
 
 
-INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "llama-yarn",
-             "llama-rope-freqs", "llama-longrope"]
+INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "exaone4",
+             "llama-yarn", "llama-rope-freqs", "llama-longrope"]
 
 
 @pytest.mark.parametrize("variant", INV_ARCHS)
@@ -230,6 +231,8 @@ VT = arch_gguf.VT
     ("olmo2", {"olmo2.attention.sliding_window": (4, VT.UINT32)}, "olmo2.attention.sliding_window"),
     ("qwen3", {"qwen3.rope.dimension_count": (8, VT.UINT32)}, "invalid n_rot"),
     ("phi3", {"phi3.rope.dimension_count": (18, VT.UINT32)}, "invalid n_rot"),
+    ("exaone4", {"exaone4.nextn_predict_layers": (1, VT.UINT32)}, "exaone4.nextn_predict_layers"),
+    ("exaone4", {"exaone4.block_count": (64, VT.UINT32)}, "sliding-window layers"),
 ])
 def test_unsupported_hparams_raise_naming_them(tmp_path, variant, kv, needle):
     with pytest.raises(GGUFError, match=needle.replace("(", r"\(").replace(".", r"\.")):
@@ -242,6 +245,11 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
     """A factor tensor of another length than n_rot / 2 is refused naming it (llama.cpp refuses it too)."""
     p = arch_gguf.write(tmp_path / "a.gguf", variant, tensors={tensor: np.ones(5, dtype=np.float32)})
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' has wrong shape"):
+        ubatch.Model.from_gguf(p)
+    bad = np.ones(arch_gguf.HD // 2 if variant != "phi3" else 6, dtype=np.float32)
+    bad[1] = 0.0
+    p = arch_gguf.write(tmp_path / "b.gguf", variant, tensors={tensor: bad})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' must hold finite non-zero factors"):
         ubatch.Model.from_gguf(p)
 
 
@@ -350,3 +358,20 @@ def test_k_shift_agrees_with_llama_cpp(run, tmp_path_factory):
     assert np.abs(u - confs[0]).max() <= S, (np.abs(u - confs[0]).max(), S)
     if min(np.sort(c)[-1] - np.sort(c)[-2] for c in confs) >= M:
         assert u.argmax() == confs[0].argmax()
+
+
+@pytest.mark.parametrize("run", ["llama-yarn", "phi3-long", "granite"])
+def test_drop_in_llama_agrees(run, tmp_path):
+    """Through the llama-cpp-python drop-in (ubatch.llama_cpp.Llama, the context's rope parameters derived as
+    llama.cpp's cparams), the prompt rows agree the same way."""
+    from ubatch.llama_cpp import Llama
+    e, z = recording(run)
+    path = arch_gguf.write(tmp_path / "m.gguf", e["variant"])
+    llm = Llama(model_path=path, n_ctx=e["n_ctx"], n_batch=512, n_ubatch=512, n_threads=2, logits_all=True,
+                verbose=False, flash_attn=False, type_k=0, type_v=0)   # f32 K/V as recorded
+    pr = z["prompt"].tolist()
+    llm.eval(pr)
+    S, M, clear, ref = rule(run)
+    u = np.array(llm.scores[:len(pr)])
+    assert np.abs(u - ref[:len(pr)]).max(axis=1).max() <= S
+    assert np.array_equal(u.argmax(1)[clear[:len(pr)]], ref[:len(pr)].argmax(1)[clear[:len(pr)]])
