@@ -61,9 +61,10 @@ def _uniform(f: GGUFFile, key: str, v, n_layer: int, lo: int = 0) -> int:
     return _int(f, key, v, lo)
 
 
-def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool) -> MoEParams:
+def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None) -> MoEParams:
     """The MoE hyperparameters of arch hp.arch (llama.cpp: expert_count, expert_used_count,
-    expert_feed_forward_length default n_ff / n_used, expert_shared_feed_forward_length default n_ff)."""
+    expert_feed_forward_length default n_ff / n_used — or ff_exp when the arch fixes it (llama / Mixtral:
+    n_ff) —, expert_shared_feed_forward_length default n_ff)."""
     a, md = hp.arch, f.metadata
     n_expert = _uniform(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), hp.n_layer)
     if n_expert <= 0:
@@ -81,8 +82,9 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool) -> MoEParams:
     clamp = md.get(f"{a}.swiglu_clamp_exp")
     if clamp is not None and np.any(np.asarray(clamp, dtype=np.float64) > 1e-6):
         raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
-    ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
-                      hp.n_layer)
+    if ff_exp is None:
+        ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
+                          hp.n_layer)
     if ff_exp == 0:
         ff_exp = hp.n_ff // n_used
     if ff_exp <= 0:
