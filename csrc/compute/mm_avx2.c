@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mm_internal.h"
+#include "mm_iq.h"
 #include "ub_matmul.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
@@ -492,7 +493,7 @@ ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     case UB_T_Q5_K: return dot_q5_k;
     case UB_T_Q6_K: return dot_q6_k;
     }
-    return 0;
+    return ub_mm_dot_iq_avx2(type);
 }
 #else
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
