@@ -33,6 +33,15 @@ TYPE_NAMES = {F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", 
 _NATIVE_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
 
 
+def _other_name(v: int) -> str:
+    """ " (NAME)" for a ggml type the gguf package names (an unsupported one: Q8_K, NVFP4, I8, ...), else ""."""
+    try:
+        from gguf import GGMLQuantizationType
+        return f" ({GGMLQuantizationType(v).name})"
+    except (ImportError, ValueError):
+        return ""
+
+
 def type_info(ggml_type: int) -> tuple:
     """(elements per block, bytes per block) of a supported weight type; ValueError naming it otherwise."""
     blck, nbytes = ffi.new("int32_t *"), ffi.new("int32_t *")
@@ -41,9 +50,7 @@ def type_info(ggml_type: int) -> tuple:
     if not ok:
         what = repr(ggml_type)
         if isinstance(ggml_type, (int, np.integer)) and not isinstance(ggml_type, bool):
-            from ubatch.model.gguf_file import type_name
-            name = type_name(int(ggml_type))
-            what = str(int(ggml_type)) if name.startswith("type ") else f"{int(ggml_type)} ({name})"
+            what = f"{int(ggml_type)}{_other_name(int(ggml_type))}"
         raise ValueError(f"unsupported ggml type {what} (supported: "
                          f"{', '.join(f'{n}={v}' for v, n in sorted(TYPE_NAMES.items()))})")
     if ok == 2:  # an i-quant whose lookup tables are not set yet
