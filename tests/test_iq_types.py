@@ -113,3 +113,10 @@ def test_unsupported_type_in_a_gguf_file_is_named(tmp_path):
     w.close()
     with pytest.raises(GGUFError, match=r"'blk.0.attn_q.weight' has unsupported type NVFP4"):
         GGUFFile(str(path))
+
+
+def test_model_lists_the_supported_types():
+    import ubatch.model as um
+    assert set(um.SUPPORTED_TYPES) == set(mm.TYPE_NAMES.values())
+    for t in NEW:
+        assert t.name in um.SUPPORTED_TYPES

@@ -28,6 +28,7 @@ GGML_TYPES: Dict[int, Tuple[str, int, int]] = {
     20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
     29: ("IQ1_M", 256, 56), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
 }
+SUPPORTED_TYPES = tuple(t[0] for t in GGML_TYPES.values())   # the weight types ubatch reads, by name
 # types llama.cpp 0c1e570 knows that ubatch does not read (named in its errors)
 _OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
                      40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
@@ -218,4 +219,4 @@ class GGUFFile:
         return sum(t.nbytes for t in self.tensors.values())
 
 
-__all__ = ["GGUFFile", "GGUFError", "TensorInfo", "GGML_TYPES", "type_name"]
+__all__ = ["GGUFFile", "GGUFError", "TensorInfo", "GGML_TYPES", "SUPPORTED_TYPES", "type_name"]
