@@ -20,7 +20,7 @@ import numpy as np
 import gguf
 from gguf.quants import dequantize
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support"))  # gguf_util
 import gguf_util  # noqa: E402
 
 VT = gguf.GGUFValueType

@@ -2,7 +2,7 @@
 IQ1_M, TQ1_0, TQ2_0, MXFP4): dequantisation bit-exact against gguf.quants.dequantize on many random blocks, the
 lookup tables the kernels get (built from gguf.quants, checked by C), the activation kind each type meets
 (ggml-cpu's vec_dot_type), and the types still unsupported named in every error. (The matmul, invariance and
-back-end tests of test_matmul.py / test_backends.py cover these types too: matmul_ref.ALL_TYPES lists them.)"""
+back-end tests of test_matmul.py / test_backends.py cover these types too: support/matmul_ref.ALL_TYPES lists them.)"""
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T

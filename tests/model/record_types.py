@@ -1,5 +1,5 @@
-"""Records llama.cpp's logits on the tiny random-weight models of tests/tiny_types.py (one llama model per weight
-type: the i-quants, TQ1_0 / TQ2_0, MXFP4) with llama-cpp-python 0.3.36 (python tests/record_types.py; tests never
+"""Records llama.cpp's logits on the tiny random-weight models of tests/model/tiny_types.py (one llama model per weight
+type: the i-quants, TQ1_0 / TQ2_0, MXFP4) with llama-cpp-python 0.3.36 (python tests/model/record_types.py; tests never
 import this file). The scenario is the tiny-arch recordings' (tests/arch_scenario.py: four sequences prefilled in
 one call with every row's logits, then 3 rounds of one token per sequence), under its configurations (n_ubatch
 512 / 3 / 1, 2 / 1 threads, per-seq / unified KV) and three more (n_ubatch 2, 5, 16); f32 K/V, no flash
@@ -14,12 +14,12 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "support")]
 import arch_scenario as S  # noqa: E402
 import tiny_types  # noqa: E402
 from record_arch import L, run  # noqa: E402
 
-OUT = os.path.join(HERE, "data", "types")
+OUT = os.path.join(os.path.dirname(HERE), "data", "types")
 # the tiny-arch configurations, then more n_ubatch values: llama.cpp's kernels for these types give the same bits
 # for many layouts, so its spread shows only when enough layouts are tried (the first is the reference)
 CONFIGS = S.CONFIGS + [dict(tag="u2_t2", n_ubatch=2, n_threads=2, kv_unified=False),
@@ -46,7 +46,7 @@ def main() -> None:
             np.savez_compressed(os.path.join(OUT, name + ".npz"), **arrs)
             doc = {"model": f"tiny-llama-{name}", "sha256": tiny_types.sha256(path), "llama_cpp_python": L.__version__,
                    "configs": CONFIGS, "scenario": S.describe(), "rows": int(first.shape[0]), "spread": spread,
-                   "made_by": "python tests/record_types.py (llama-cpp-python 0.3.36, llama.cpp 0c1e570, CPU, f32 K/V, "
+                   "made_by": "python tests/model/record_types.py (llama-cpp-python 0.3.36, llama.cpp 0c1e570, CPU, f32 K/V, "
                               "no flash attention)"}
             with open(os.path.join(OUT, name + ".json"), "w") as f:
                 json.dump(doc, f, indent=1)

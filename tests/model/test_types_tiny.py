@@ -1,8 +1,8 @@
-"""Every new weight type on a tiny random-weight llama model (tests/tiny_types.py, written from fixed seeds):
-agreement with llama.cpp's recorded logits (tests/data/types, made by tests/record_types.py) and bitwise batch
+"""Every new weight type on a tiny random-weight llama model (tests/model/tiny_types.py, written from fixed seeds):
+agreement with llama.cpp's recorded logits (tests/data/types, made by tests/model/record_types.py) and bitwise batch
 invariance.
 
-Agreement rule (the tiny-arch tests' rule, test_arch_moe.py, with llama.cpp's spread taken over the family):
+Agreement rule (the tiny-arch tests' rule, tests/model/test_arch_moe.py, with llama.cpp's spread taken over the family):
 llama.cpp's kernels for most of these types give the same bits in all six recorded configurations (spread ~1e-6),
 yet on these noise models a last-bit difference anywhere before an activation quantisation (8-bit, per block)
 can move one quantised activation by one step, which moves the logits of the rows after it by ~0.05: llama.cpp
@@ -27,8 +27,8 @@ import arch_scenario as S
 import tiny_types
 from invariance_driver import others_for, run_target
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "data", "types")
+import suite_paths  # noqa: E402
+DATA = os.path.join(suite_paths.DATA, "types")
 FLOOR = 5e-3
 
 
