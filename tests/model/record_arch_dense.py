@@ -35,6 +35,7 @@ CONFIGS = [dict(n_batch=512, n_ubatch=512, n_threads=2, flash_attn=False),
            dict(n_batch=512, n_ubatch=7, n_threads=2, flash_attn=True)]
 RUNS = {name: (name, 256) for name in arch_gguf.VARIANTS}
 RUNS["phi3-long"] = ("phi3", 512)
+RUNS["llama-longrope-long"] = ("llama-longrope", 512)
 # K-shift scenario (seq_add): the prompt without logits, every cell moved by SHIFT, then SHIFT_TOKEN at
 # position PROMPT_LEN + SHIFT: llama.cpp re-rotates cached K with the same rope parameters as the forward.
 SHIFT_RUNS = ("llama-yarn", "llama-rope-freqs", "phi3", "smollm3")

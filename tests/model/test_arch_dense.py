@@ -98,6 +98,24 @@ def verdict(u: np.ndarray, run: str):
     return int(np.sum(d > S)), flips, d
 
 
+def test_granite_without_rope_survives_a_k_shift(tmp_path_factory):
+    """granite with rope.scaling.finetuned = false has no RoPE layer: seq_add moves the positions only (llama.cpp
+    0c1e570 aborts on this K-shift, GGML_ASSERT(buffer), so there is no recording); the next token's logits equal
+    those of the prompt decoded at the shifted positions, bitwise (nothing depends on positions)."""
+    m = model_of("granite-norope", tmp_path_factory)
+    pr = list(range(40, 52))
+    n, d = len(pr), 9
+    ctx = ubatch.Context(m, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=1)
+    ctx.decode(Batch.from_arrays(tokens=pr, pos=list(range(n)), seq_ids=[[0]] * n, output=[0] * n))
+    ctx.memory.seq_add(0, 0, n, d)
+    ctx.decode(Batch.from_arrays(tokens=[77], pos=[n + d], seq_ids=[[0]], output=[1]))
+    a = ctx.get_logits_ith(0).copy()
+    ctx = ubatch.Context(m, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=1)
+    ctx.decode(Batch.from_arrays(tokens=pr + [77], pos=list(range(d, n + d + 1)), seq_ids=[[0]] * (n + 1),
+                                 output=[0] * n + [1]))
+    assert np.array_equal(a, ctx.get_logits_ith(n))
+
+
 def test_supported_archs_listed():
     for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3"):
         assert a in SUPPORTED_ARCHS
@@ -146,6 +164,9 @@ FEATURE_OFF = {
     "llama-rope-freqs": lambda m: _without(m, w_rope_freqs=None),
     "qwen3": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "phi3-long": lambda m: _without(m, w_rope_long=m.weights.rope_short),
+    "llama-longrope-long": lambda m: _without(m, w_rope_long=m.weights.rope_short),
+    "llama-longrope": lambda m: _without(m, w_rope_short=None, rope_attn_factor=1.0),
+    "granite-norope": lambda m: _without(m, rope_pattern=()),
     "phi3": lambda m: _without(m, rope_attn_factor=1.0),
     "granite": lambda m: _without(m, residual_scale=0.0),
     "olmo2": lambda m: _without(m, w_layers=_layers_without(m, post_attn_norm=None)),
@@ -176,7 +197,8 @@ def test_fused_bitwise_reference(variant, tmp_path_factory):
     assert np.array_equal(a, b)
 
 
-INV_ARCHS = ["qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3", "llama-yarn", "llama-rope-freqs"]
+INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "llama-yarn",
+             "llama-rope-freqs", "llama-longrope"]
 
 
 @pytest.mark.parametrize("variant", INV_ARCHS)
