@@ -64,7 +64,7 @@ class Weights:
 
 def load_hparams(f: GGUFFile) -> HParams:
     hp = read_hparams(f, NAME, ROPE_TYPE, experts=True)
-    if f.metadata.get(f"{NAME}.expert_count", 0):   # Mixtral: experts of width n_ff, weights renormalised
+    if moe.has_experts(f, NAME):   # Mixtral: experts of width n_ff, weights renormalised
         hp.moe = moe.read_moe(f, hp, norm_w=True, shared=False, ff_exp=hp.n_ff)
     return hp
 
