@@ -74,7 +74,7 @@ def _section(name: str, payload: bytes) -> bytes:
 
 def get_state(c) -> bytes:
     """The whole context (c: a _context.CContext) as bytes."""
-    with c.kv._lock:
+    with c.kv.lock:
         parts = [_section("meta", _meta(c))]
         for i, kv in enumerate(_caches(c)):
             parts.append(_section(f"kv{i}", _kv_bytes(kv)))
@@ -85,7 +85,7 @@ def get_state(c) -> bytes:
 
 def state_size(c) -> int:
     """len(get_state(c)) without building it (the logits section sized from the live outputs)."""
-    with c.kv._lock:
+    with c.kv.lock:
         n = 12 + 16 * (3 + len(_caches(c))) + len(_meta(c))
         n += sum(int(lib.ub_kv_state_size(kv._handle())) for kv in _caches(c))
         n += sum(a.nbytes for a in _arrays(c))
@@ -137,7 +137,7 @@ def set_state(c, buf) -> int:
     for name in ["meta", "kvdata", "logits"] + [f"kv{i}" for i in range(len(_caches(c)))]:
         if name not in sec:
             raise StateError(f"state has no {name!r} section")
-    with c.kv._lock:
+    with c.kv.lock:
         if bytes(sec["meta"]) != _meta(c):
             raise StateError("state saved from a different model or context geometry: "
                              f"{bytes(sec['meta'])[:200]!r} vs {_meta(c)[:200]!r}")
@@ -211,7 +211,7 @@ def _check_seq(c, s: int, name: str) -> None:
 
 def seq_get_state(c, s: int) -> bytes:
     _check_seq(c, s, "seq_id")
-    with c.kv._lock:
+    with c.kv.lock:
         meta = _seq_meta(c)
         parts = [SEQ_MAGIC, struct.pack("<II", VERSION, len(meta)), meta, struct.pack("<I", len(_stores(c)))]
         for st, kv in _stores(c):
