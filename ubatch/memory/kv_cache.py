@@ -395,7 +395,7 @@ class KVCache:
         self._check(lib.ub_kv_apply(self._handle(), i, plan.ubatches[i]._ptr))
 
     @_locked
-    def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = False) -> Placement:
+    def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = True) -> Placement:
         """Where the plan's ubatch i went and its rows' visible cells (call right after apply(plan, i)).
         `swa` is the two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
         strm, cells = self._slot(i)
