@@ -313,6 +313,30 @@ class KVCache:
         """True when the current state is identical to the snapshot."""
         return bool(lib.ub_kv_snap_equal(self._handle(), snap._h))
 
+    # ------------------------------------------------------------------ state as bytes (ub_kv_state.h)
+    @_locked
+    def state_nbytes(self) -> int:
+        """Bytes of state_bytes() for the current state."""
+        return int(lib.ub_kv_state_size(self._handle()))
+
+    @_locked
+    def state_bytes(self) -> bytes:
+        """The cell metadata as bytes (ubatch's own format, docs/compat.md "State format")."""
+        h = self._handle()
+        n = int(lib.ub_kv_state_size(h))
+        buf = bytearray(n)
+        if int(lib.ub_kv_state_write(h, ffi.from_buffer(buf), n)) != n:
+            raise UbatchError("the KV cache state could not be written")
+        return bytes(buf)
+
+    @_locked
+    def load_state(self, data) -> None:
+        """Replaces the state with state_bytes() output (bytes-like). ValueError naming what is wrong (bad
+        magic, version, geometry, length or cell contents), CallOrderError inside a transaction; the cache
+        is unchanged on failure."""
+        self._check(lib.ub_kv_state_read(self._handle(), ffi.from_buffer(data), len(data)))
+        self._plan = []
+
     # ------------------------------------------------------------------ the memory protocol (protocol.py)
     @property
     def lock(self) -> threading.RLock:
