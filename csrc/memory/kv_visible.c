@@ -8,7 +8,7 @@
  *   the sliding window (kv_masked_swa) when one applies.
  *
  * For each group the cells of the rows' sequences are listed once and sorted by (position, index)
- * (already sorted: O(m); else qsort); every window type keeps an interval of positions, so a row's list
+ * (already sorted: O(m); a few ascending runs: merged; else qsort); every window type keeps an interval of positions, so a row's list
  * is a contiguous run of its sequence's list, found by two binary searches. Cost: O(n_kv + m log m) per
  * group plus the output, against the mask path's O(per * n_kv) fill + O(n_kv log n_kv) sort + scan. */
 #include <stdint.h>
@@ -24,14 +24,48 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* keys int64[m] (caller-owned, each (pos << 32) | cell): ascending in place. Already sorted (the usual
- * case: a sequence written token after token) costs one pass. */
-static void sort_keys(int64_t *keys, int64_t m) {
+#define MAX_RUNS 64
+
+/* keys int64[m] (caller-owned, each (pos << 32) | cell, distinct): ascending in place. tmp: int64[m]
+ * scratch (caller-owned). A sequence written token after token is one ascending run (one pass); a cache
+ * whose head wrapped leaves a few runs, merged pairwise (O(m log runs)); more than MAX_RUNS: qsort. */
+static void sort_keys(int64_t *keys, int64_t m, int64_t *tmp) {
+    int64_t b[MAX_RUNS + 1];
+    int32_t r = 0;
+    b[0] = 0;
     for (int64_t q = 1; q < m; q++)
         if (keys[q - 1] > keys[q]) {
-            qsort(keys, (size_t)m, sizeof(int64_t), cmp_i64);
-            return;
+            if (++r == MAX_RUNS) {
+                qsort(keys, (size_t)m, sizeof(int64_t), cmp_i64);
+                return;
+            }
+            b[r] = q;
         }
+    if (r == 0) return;
+    b[++r] = m;                               /* r runs: [b[k], b[k+1]) */
+    int64_t *src = keys, *dst = tmp;
+    while (r > 1) {
+        int32_t w = 0;
+        for (int32_t k = 0; k < r; k += 2) {
+            const int64_t lo = b[k];
+            if (k + 1 == r) {                 /* an odd run out: copied as it is */
+                memcpy(dst + lo, src + lo, sizeof(int64_t) * (size_t)(b[k + 1] - lo));
+            } else {
+                const int64_t mid = b[k + 1], hi = b[k + 2];
+                int64_t i = lo, j = mid, o = lo;
+                while (i < mid && j < hi) dst[o++] = src[i] < src[j] ? src[i++] : src[j++];
+                while (i < mid) dst[o++] = src[i++];
+                while (j < hi) dst[o++] = src[j++];
+            }
+            b[w++] = lo;
+        }
+        b[w] = m;
+        r = w;
+        int64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != keys) memcpy(keys, src, sizeof(int64_t) * (size_t)m);
 }
 
 /* First index q in keys[lo, hi) (ascending) with position (key >> 32) >= p, else hi. p is 64-bit: window
@@ -66,9 +100,10 @@ static void visible_interval(int32_t swa_type, int32_t n_swa, int32_t causal, in
 
 /* Lists, for stream `base`'s cells [0, n_kv), the cells of every seq in need[4] (a 256-bit set) as keys
  * (pos << 32) | cell, sorted per seq: seq s's run is (*keys)[off[s] .. off[s+1]) (off int64[UB_MAX_SEQ+1],
- * caller-owned). *keys / *cap: a growable buffer owned by the caller (realloc'd here). */
+ * caller-owned). *keys, *tmp (the sort's scratch) / *cap: growable buffers of *cap entries owned by the
+ * caller (realloc'd here). */
 static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *need, int64_t *off, int64_t **keys,
-                       int64_t *cap) {
+                       int64_t **tmp, int64_t *cap) {
     const int32_t *cpos = kv->pos + base;
     const uint64_t *cseq = kv->seq + base * UB_SEQ_WORDS;
     int64_t cnt[UB_MAX_SEQ] = {0};
@@ -88,6 +123,9 @@ static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *ne
         int64_t *p = realloc(*keys, (size_t)total * sizeof(int64_t));
         if (!p) return kv_fail(kv, UB_E_NOMEM, "out of memory (visible cells)");
         *keys = p;
+        p = realloc(*tmp, (size_t)total * sizeof(int64_t));
+        if (!p) return kv_fail(kv, UB_E_NOMEM, "out of memory (visible cells)");
+        *tmp = p;
         *cap = total;
     }
     off[0] = 0;
@@ -106,7 +144,7 @@ static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *ne
         }
     }
     for (int s = 0; s < UB_MAX_SEQ; s++)
-        if (off[s + 1] - off[s] > 1) sort_keys(k + off[s], off[s + 1] - off[s]);
+        if (off[s + 1] - off[s] > 1) sort_keys(k + off[s], off[s + 1] - off[s], *tmp + off[s]);
     return UB_OK;
 }
 
@@ -151,7 +189,7 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
         if (s < 0 || s >= UB_MAX_SEQ) return kv_fail(kv, UB_E_ARG, "visible: bad seq id %d in row %d", s, row);
     }
 
-    int64_t *keys = NULL, kcap = 0;
+    int64_t *keys = NULL, *ktmp = NULL, kcap = 0;
     int64_t *off_s = malloc(sizeof(int64_t) * (UB_MAX_SEQ + 1));
     int64_t *rng = malloc(sizeof(int64_t) * 2 * (size_t)n);      /* per row: [lo, hi) in its seq's run */
     int64_t ocap = 2 * (int64_t)n + 1 + n_kv;                     /* grows per group */
@@ -171,7 +209,7 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
             const int32_t s = ub->seq_id[ub->seq_off[k * per + r]];
             need[s >> 6] |= (uint64_t)1 << (s & 63);
         }
-        rc = group_lists(kv, base, n_kv, need, off_s, &keys, &kcap);
+        rc = group_lists(kv, base, n_kv, need, off_s, &keys, &ktmp, &kcap);
         if (rc) break;
         /* count: each row's run [lo, hi) minus the cells the tie rule hides */
         int64_t add = 0;
@@ -228,6 +266,7 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
     }
 done:
     free(keys);
+    free(ktmp);
     free(off_s);
     free(rng);
     if (rc != UB_OK) {
