@@ -6,7 +6,7 @@ This module also holds the decoder the other dense architectures share (qwen2, q
 minicpm, smollm3): `Layer` with its optional pieces (pre-norms, Q/K/V/O biases, per-head or whole-row Q/K
 RMSNorm, post-norms), `decoder_forward` (the reference path: one kernel call per operation) and the
 hyperparameter-driven options (rope scaling and factors, NoPE layers, Q scale, residual / embedding / logit
-multipliers) that the fused C layer (ubatch.compute.fused) applies the same way."""
+multipliers) that the fused C layer (ubatch.model.fused) applies the same way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +14,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
-from ubatch.model import moe, ops
+from ubatch.compute import kernels
+from ubatch.model import fused, moe, ops
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 from ubatch.model.weights import TensorSource, Weight
@@ -72,10 +72,15 @@ def load_rope_factors(src: TensorSource, hp: HParams, *, longrope: Optional[bool
     if longrope is None:
         longrope = hp.rope_scaling == "longrope"
     half = hp.n_rot // 2
-    if longrope:
-        return {"rope_long": src.vector("rope_factors_long.weight", half, required=False),
-                "rope_short": src.vector("rope_factors_short.weight", half, required=False)}
-    return {"rope_freqs": src.vector("rope_freqs.weight", half, required=False)}
+    names = {"rope_long": "rope_factors_long.weight", "rope_short": "rope_factors_short.weight"} if longrope \
+        else {"rope_freqs": "rope_freqs.weight"}
+    out = {}
+    for key, name in names.items():
+        v = src.vector(name, half, required=False)
+        if v is not None and not (np.all(np.isfinite(v)) and np.all(v != 0)):
+            raise GGUFError(f"{src.f.path}: tensor '{name}' must hold finite non-zero factors")
+        out[key] = v
+    return out
 
 
 def refuse_ffn_bias(src: TensorSource, p: str) -> None:
@@ -202,7 +207,7 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return decoder_forward(model, step, x, keep)
