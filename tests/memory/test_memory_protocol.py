@@ -14,7 +14,7 @@ from ubatch.memory.iswa import KVCacheISWA
 from ubatch.memory.kv_cache import KVCache
 from ubatch.memory.protocol import Memory
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _members():
