@@ -130,10 +130,24 @@ def test_recordings_have_a_spread_and_clear_rows():
         assert 0 < S < 10 and clear.sum() >= len(ref) // 3, (run, S, M, int(clear.sum()))
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_agrees_with_llama_cpp(run, tmp_path_factory):
+def model_for_run(run: str, tmp_path_factory):
+    """The run's model, with its recorded context overrides applied as the drop-in derives them (llama.cpp's
+    cparams: ubatch.llama_cpp._context._rope_model)."""
     e, _ = recording(run)
     m = model_of(e["variant"], tmp_path_factory)
+    if e.get("ctx_override"):
+        import ubatch.llama_cpp as LC
+        from ubatch.llama_cpp._context import _rope_model
+        cp = LC.llama_context_default_params()
+        for k, v in e["ctx_override"].items():
+            setattr(cp, k, v)
+        m = _rope_model(m, cp)
+    return m
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_agrees_with_llama_cpp(run, tmp_path_factory):
+    m = model_for_run(run, tmp_path_factory)
     u = ubatch_rows(m, run)
     beyond, flips, d = verdict(u, run)
     S, M, clear, _ = rule(run)
@@ -161,6 +175,8 @@ def _layers_without(m, **fields):
 FEATURE_OFF = {
     "llama-linear": lambda m: _without(m, rope_freq_scale=1.0),
     "llama-yarn": lambda m: _without(m, rope_ext_factor=0.0, rope_attn_factor=1.0),
+    "llama-yarn-ctx-scale": lambda m: _without(m, rope_attn_factor=m.hparams.rope_attn_factor * 1.25),
+    "llama-yarn-ctx-linear": lambda m: _without(m, rope_ext_factor=1.0),
     "llama-rope-freqs": lambda m: _without(m, w_rope_freqs=None),
     "qwen3": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "phi3-long": lambda m: _without(m, w_rope_long=m.weights.rope_short),
@@ -179,8 +195,7 @@ FEATURE_OFF = {
 @pytest.mark.parametrize("run", sorted(FEATURE_OFF))
 def test_each_feature_matters(run, tmp_path_factory):
     """The rule is not loose: with the variant's feature turned off, ubatch no longer agrees."""
-    e, _ = recording(run)
-    m = FEATURE_OFF[run](model_of(e["variant"], tmp_path_factory))
+    m = FEATURE_OFF[run](model_for_run(run, tmp_path_factory))
     beyond, flips, d = verdict(ubatch_rows(m, run), run)
     assert beyond + flips > 0, (run, d.max())
 
@@ -360,7 +375,7 @@ def test_k_shift_agrees_with_llama_cpp(run, tmp_path_factory):
         assert u.argmax() == confs[0].argmax()
 
 
-@pytest.mark.parametrize("run", ["llama-yarn", "phi3-long", "granite"])
+@pytest.mark.parametrize("run", ["llama-yarn", "phi3-long", "granite", "llama-yarn-ctx-scale", "llama-yarn-ctx-linear"])
 def test_drop_in_llama_agrees(run, tmp_path):
     """Through the llama-cpp-python drop-in (ubatch.llama_cpp.Llama, the context's rope parameters derived as
     llama.cpp's cparams), the prompt rows agree the same way."""
@@ -368,10 +383,41 @@ def test_drop_in_llama_agrees(run, tmp_path):
     e, z = recording(run)
     path = arch_gguf.write(tmp_path / "m.gguf", e["variant"])
     llm = Llama(model_path=path, n_ctx=e["n_ctx"], n_batch=512, n_ubatch=512, n_threads=2, logits_all=True,
-                verbose=False, flash_attn=False, type_k=0, type_v=0)   # f32 K/V as recorded
+                verbose=False, flash_attn=False, type_k=0, type_v=0,   # f32 K/V as recorded
+                **(e.get("ctx_override") or {}))
     pr = z["prompt"].tolist()
     llm.eval(pr)
     S, M, clear, ref = rule(run)
     u = np.array(llm.scores[:len(pr)])
     assert np.abs(u - ref[:len(pr)]).max(axis=1).max() <= S
     assert np.array_equal(u.argmax(1)[clear[:len(pr)]], ref[:len(pr)].argmax(1)[clear[:len(pr)]])
+
+
+def test_fused_layer_options_refuse_bad_combinations(tmp_path_factory):
+    """The layer's general options are checked in C before anything runs, naming the culprit."""
+    from ubatch._ffi import ffi, lib
+    m = model_of("qwen3", tmp_path_factory)
+    L = fused.layers(m, 256)[0]
+    x = np.zeros((1, m.n_embd), np.float32)
+    pos = np.zeros((1, 1), np.int32)
+    k = np.zeros((1, 4, m.n_head_kv, m.head_dim), np.float32)
+    v = np.zeros_like(k)
+    dst = np.array([2], np.int64)
+    rs, off, cells = np.zeros(1, np.int32), np.array([0, 1], np.int32), np.array([2], np.int32)
+    kv = ffi.new("ub_layer_kv *")
+    keepalive = [ffi.from_buffer("uint8_t[]", k), ffi.from_buffer("uint8_t[]", v), ffi.from_buffer("int64_t[]", dst),
+                 ffi.from_buffer("int32_t[]", rs), ffi.from_buffer("int32_t[]", off), ffi.from_buffer("int32_t[]", cells)]
+    kv.k, kv.v, kv.dst, kv.row_stream, kv.off, kv.cells = keepalive
+    kv.k_type = kv.v_type = lib.UB_DT_F32
+    kv.n_stream, kv.kv_size = 1, 4
+    for change, msg in ((lambda b: setattr(b, "k_norm", ffi.NULL), "q_norm and k_norm go together"),
+                        (lambda b: setattr(b, "qk_norm_full", 2), "qk_norm_full must be 0 or 1"),
+                        (lambda b: setattr(b, "kind", lib.UB_LAYER_GEMMA3), "gemma layer")):
+        bad = ffi.new("ub_layer *", L[0])
+        change(bad)
+        before = x.copy()
+        with pytest.raises(ValueError, match=msg):
+            fused.layer_forward(bad, kv, x, pos, None, 1)
+        assert np.array_equal(x, before) and not k.any()
+    fused.layer_forward(L, kv, x + 1.0, pos, None, 1)   # the unchanged layer runs
+    assert np.abs(k[0, 2]).sum() > 0
