@@ -2,7 +2,7 @@
 the time goes — planning (allocator init + split + KV placement: find_slot dry run, apply, slot read-back and
 KQ mask) vs computing (ModelRunner.compute) vs the rest.
 
-Each workload is a seeded request stream run by ubatch.serve.ContinuousBatcher (the `ubatch run` loop).
+Each workload is a seeded request stream run by ubatch.engine.batcher.ContinuousBatcher (the `ubatch run` loop).
 Timing is by instrumentation only: the methods Context.decode calls (allocator.init, Context._split,
 KVCache._prepare / _apply / _placement / _mask, ModelRunner.compute / update) and the batcher's step are
 wrapped on the instances with perf_counter_ns timers; the library is not modified. Columns:
@@ -96,7 +96,8 @@ def instrument(ctx, batcher) -> Timers:
 
 def run_once(model, wl, threads):
     import ubatch
-    from ubatch.engine.serve import ContinuousBatcher, make_requests
+    from ubatch.engine.batcher import ContinuousBatcher
+    from ubatch.engine.request import make_requests
 
     name, n_req, par, pl, gl, n_ctx, n_batch, n_ubatch, unified = wl
     ctx = ubatch.Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=par, kv_unified=unified,
