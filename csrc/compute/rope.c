@@ -5,6 +5,7 @@
 
 #include "ub_common.h"
 #include "ub_compute.h"
+#include "ub_matmul.h"
 
 /* cs: float[n_rot] caller-owned scratch receiving (cos, sin) of each of the n_rot/2 pairs for position p
  * (one position for all pairs). */
@@ -91,7 +92,7 @@ int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, in
                   int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale) {
     if (!k || !delta || n_cells < 0 || !rope_args_ok(n_head_kv, head_dim, n_rot, mode) || !(base > 0.0f))
         return UB_E_ARG;
-    if (dtype != UB_DT_F32 && dtype != UB_DT_F16) return UB_E_ARG;
+    if (dtype != UB_T_F32 && dtype != UB_T_F16) return UB_E_ARG;
     float *cs = (float *)malloc(sizeof(float) * ((size_t)n_rot + (size_t)head_dim));
     if (!cs) return UB_E_NOMEM;
     float *tmp = cs + n_rot;
@@ -103,7 +104,7 @@ int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, in
         rope_cache(cs, n_rot, (float)delta[c], theta_scale, freq_scale);
         for (int32_t h = 0; h < n_head_kv; h++) {
             const int64_t off = c * row + (int64_t)h * head_dim;
-            if (dtype == UB_DT_F32) {
+            if (dtype == UB_T_F32) {
                 rotate_head((float *)k + off, cs, n_rot, neox);
             } else {
                 uint16_t *hk = (uint16_t *)k + off;
