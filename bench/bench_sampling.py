@@ -9,7 +9,7 @@ per case and round, at least 3 calls), then the median over the rounds.
 alternately with children timing this tree, round after round, so that load from other processes hits both
 alike; the ratio is DIR's median / ours (above 1: this tree is faster).
 
-usage: python bench/bench_sampling.py [--rows 1,4,16,32] [--threads 1,2] [--reps 30] [--rounds 3]
+usage: python bench/bench_sampling.py [--rows 1,4,32] [--threads 1,2] [--reps 30] [--rounds 3]
                                       [--compare DIR] [--json PATH]
 """
 from __future__ import annotations
@@ -87,9 +87,20 @@ def _child(path: str, rows, threads, reps) -> Dict[str, float]:
     return json.loads(res.stdout)
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="1,4,16,32")
+    ap.add_argument("--rows", default="1,4,32")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
@@ -105,7 +116,7 @@ def main() -> None:
         for s, path in sides.items():
             for key, v in _child(path, rows, threads, a.reps).items():
                 samples[s].setdefault(key, []).append(v)
-    result = {"cpu": platform.processor() or platform.machine(), "n_vocab": N_VOCAB, "reps": a.reps,
+    result = {"cpu": cpu_name(), "load_avg": os.getloadavg()[0], "n_vocab": N_VOCAB, "reps": a.reps,
               "rounds": a.rounds, "sides": sides, "cases": {}}
     print(f"{'case':<24}{'this ms':>10}" + (f"{'other ms':>10}{'other/this':>12}" if a.compare else ""))
     for key in samples["this"]:
