@@ -19,7 +19,7 @@ import numpy as np
 from ubatch._ffi import ffi, lib
 from ubatch.compute.kernels import default_threads
 
-_KV_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+_KV_DTYPES = {np.dtype(np.float32): lib.UB_T_F32, np.dtype(np.float16): lib.UB_T_F16}  # ggml types (ub_matmul.h)
 
 
 def _arr(a, name: str, dtype, ndim=None) -> np.ndarray:
