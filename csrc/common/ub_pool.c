@@ -4,6 +4,9 @@
  * condition variable, and the caller, its own share done, spins as long for the workers to leave fn before
  * it sleeps on g_done: a decode step issues hundreds of sub-millisecond jobs back to back, and a condvar
  * wake-up per job would cost more than the job. UBATCH_POOL_SPIN_US overrides the spin time (0: none). */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -130,6 +133,9 @@ void ub_pool_run(ub_pool_fn fn, void *ctx, int n) {
     pthread_mutex_lock(&g_mu);
     while (g_n < n - 1) { /* grow lazily; on failure run with the workers we have */
         if (pthread_create(&g_tid[g_n], NULL, worker_main, (void *)(intptr_t)(g_n + 1)) != 0) break;
+#if defined(__linux__) && defined(__GLIBC__)
+        pthread_setname_np(g_tid[g_n], "ubatch-pool"); /* before the call returns: what ps / top / tests see */
+#endif
         g_n++;
     }
     g_fn = fn;

@@ -2,7 +2,8 @@
  * attention, the gated activations, the memory-bandwidth probe, the sampler). Workers are created lazily,
  * reused across calls, and joined by ub_pool_shutdown (also registered with atexit, so the pool never outlives
  * the process's exit handlers). One job runs on the pool at a time: a call made while another thread's job is
- * running does its work on the calling thread alone. After fork() the child starts with an empty pool.
+ * running does its work on the calling thread alone. After fork() the child starts with an empty pool. On
+ * Linux the workers are named "ubatch-pool" (/proc/self/task/<tid>/comm).
  * Results never depend on the pool: every job shares its work out dynamically and each output element is
  * computed by one participant with a fixed order of operations. */
 #ifndef UB_POOL_H

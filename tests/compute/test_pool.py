@@ -13,8 +13,18 @@ from ubatch.engine.sampling import SampleBatch, SamplingParams, sample
 
 
 def _n_tasks():
-    """Threads of this process (Linux), else None."""
-    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    """The pool's worker threads in this process (Linux: the threads named "ubatch-pool"), else None. Other
+    threads (a test's Python threads still exiting, a library's) are not counted."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "ubatch-pool"
+        except OSError:  # the thread exited meanwhile
+            pass
+    return n
 
 
 def _attention():
@@ -37,11 +47,12 @@ def _sample(n_threads):
     return sample(logits, sb, n_threads=n_threads)[0]
 
 
-@pytest.mark.skipif(_n_tasks() is None, reason="needs /proc/self/task to count the process's threads (Linux)")
+@pytest.mark.skipif(_n_tasks() is None, reason="needs /proc/self/task to count the pool's threads (Linux)")
 def test_shutdown_and_restart_attention_and_sampling_share_the_workers():
     a = _attention()
     kernels.pool_shutdown()
     n0 = _n_tasks()
+    assert n0 == 0
     kernels.pool_shutdown()  # idempotent
     assert _n_tasks() == n0
     b = _attention()  # one worker starts again
