@@ -306,12 +306,15 @@ typedef struct {
     int32_t n_logprobs; int32_t *out_tok; float *out_lp; int32_t *out_top_id; float *out_top_lp;
     int32_t cap;              /* candidates a scratch buffer holds */
     int32_t n;                /* requests */
+    int marks;                /* some request has a logit bias or penalties: the scratch needs flag/cnt/bias/... */
     atomic_llong next;        /* the next request to take (participants share them dynamically) */
     atomic_llong done;        /* requests sampled */
 } job;
 
-/* Per-thread scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count in
- * the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request. */
+/* Per-participant scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count
+ * in the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request.
+ * flag, cnt, bias, vmod and marked are NULL when no request of the call has a bias or a penalty (never read then:
+ * every use is behind n_marked > 0). */
 typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; float *vmod; int32_t *marked;
                  float *clean; } scratch;   /* clean: float[n_vocab], a row with its NaNs as -inf */
 
@@ -510,14 +513,18 @@ static void sample_work(void *ctx, int w) {
     job *J = (job *)ctx;
     (void)w;
     scratch S;
+    const size_t nv = (size_t)J->n_vocab;
+    memset(&S, 0, sizeof S);
     S.cands = (cand *)malloc((size_t)J->cap * sizeof(cand));
-    S.flag = (uint8_t *)calloc((size_t)J->n_vocab, 1);
-    S.cnt = (int32_t *)calloc((size_t)J->n_vocab, sizeof(int32_t));
-    S.bias = (float *)calloc((size_t)J->n_vocab, sizeof(float));
-    S.vmod = (float *)malloc((size_t)J->n_vocab * sizeof(float));
-    S.marked = (int32_t *)malloc((size_t)J->n_vocab * sizeof(int32_t));
-    S.clean = (float *)malloc((size_t)J->n_vocab * sizeof(float));     /* touched only for a row with NaNs */
-    if (S.cands && S.flag && S.cnt && S.bias && S.vmod && S.marked && S.clean) {
+    S.clean = (float *)malloc(nv * sizeof(float));     /* touched only for a row with NaNs */
+    if (J->marks) {  /* calloc'd memory is zeroed page by page: ~1.4 MB for 150k tokens, only when needed */
+        S.flag = (uint8_t *)calloc(nv, 1);
+        S.cnt = (int32_t *)calloc(nv, sizeof(int32_t));
+        S.bias = (float *)calloc(nv, sizeof(float));
+        S.vmod = (float *)malloc(nv * sizeof(float));
+        S.marked = (int32_t *)malloc(nv * sizeof(int32_t));
+    }
+    if (S.cands && S.clean && (!J->marks || (S.flag && S.cnt && S.bias && S.vmod && S.marked))) {
         for (;;) {
             const long long i = atomic_fetch_add(&J->next, 1);
             if (i >= J->n) break;
@@ -569,11 +576,12 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
 
     job J = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, bias_off,
               bias_tok, bias_val, seed, counter,
-              n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, n, 0, 0 };
+              n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, n, 0, 0, 0 };
     int32_t nt = n_threads < 1 ? 1 : n_threads;
     if (nt > n) nt = n;
     if (nt > UB_POOL_MAX) nt = UB_POOL_MAX;
     if ((int64_t)n * n_vocab < (1 << 18)) nt = 1;     /* too little work to pay for a second participant */
+    J.marks = (bias_off && bias_off[n] > 0) || pen_off[n] > 0;
     atomic_init(&J.next, 0);
     atomic_init(&J.done, 0);
     ub_pool_run(sample_work, &J, nt);
