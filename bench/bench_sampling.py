@@ -9,7 +9,8 @@ per case and round, at least 3 calls), then the median over the rounds.
 alternately with children timing this tree, round after round, so that load from other processes hits both
 alike; the ratio is DIR's median / ours (above 1: this tree is faster).
 
-usage: python bench/bench_sampling.py [--rows 1,4,32] [--threads 1,2] [--reps 30] [--rounds 3]
+usage: python bench/bench_sampling.py [--rows 1,4,32] [--threads 1,2] [--chains greedy,default,...] [--reps 30]
+                                      [--rounds 3]
                                       [--compare DIR] [--json PATH]
 """
 from __future__ import annotations
@@ -70,19 +71,20 @@ def time_case(n: int, chain: str, n_threads: int, reps: int) -> float:
     return float(np.median(times))
 
 
-def run_cases(rows: List[int], threads: List[int], reps: int) -> Dict[str, float]:
+def run_cases(rows: List[int], threads: List[int], reps: int, chains: List[str] = None) -> Dict[str, float]:
     return {f"{chain}/n{n}/t{nt}": time_case(n, chain, nt, reps)
-            for chain in CHAINS for n in rows for nt in threads}
+            for chain in (chains or list(CHAINS)) for n in rows for nt in threads}
 
 
-def _child(path: str, rows, threads, reps) -> Dict[str, float]:
+def _child(path: str, rows, threads, reps, chains) -> Dict[str, float]:
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
             "import bench_sampling as b;"
-            "print(json.dumps(b.run_cases(json.loads(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5]))))")
+            "print(json.dumps(b.run_cases(json.loads(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5]),"
+            " json.loads(sys.argv[6]))))")
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     res = subprocess.run([sys.executable, "-c", code, path, os.path.dirname(os.path.abspath(__file__)),
-                          json.dumps(rows), json.dumps(threads), str(reps)],
+                          json.dumps(rows), json.dumps(threads), str(reps), json.dumps(chains)],
                          capture_output=True, text=True, env=env, cwd="/", check=True)
     return json.loads(res.stdout)
 
@@ -102,6 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,4,32")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--chains", default=",".join(CHAINS), help=f"some of {','.join(CHAINS)}")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compare", default=None, help="a directory holding another ubatch package to time alike")
@@ -109,12 +112,15 @@ def main() -> None:
     a = ap.parse_args()
     rows = [int(x) for x in a.rows.split(",")]
     threads = [int(x) for x in a.threads.split(",")]
+    chains = a.chains.split(",")
+    if set(chains) - set(CHAINS):
+        ap.error(f"unknown chain in {a.chains!r} (known: {', '.join(CHAINS)})")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sides = {"this": here} if a.compare is None else {"this": here, "other": os.path.abspath(a.compare)}
     samples: Dict[str, Dict[str, List[float]]] = {s: {} for s in sides}
     for _ in range(a.rounds):
         for s, path in sides.items():
-            for key, v in _child(path, rows, threads, a.reps).items():
+            for key, v in _child(path, rows, threads, a.reps, chains).items():
                 samples[s].setdefault(key, []).append(v)
     result = {"cpu": cpu_name(), "load_avg": os.getloadavg()[0], "n_vocab": N_VOCAB, "reps": a.reps,
               "rounds": a.rounds, "sides": sides, "cases": {}}

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.compute.backends import active_backend, backends, set_backend  # noqa: F401  (ubatch.kernels.backends() ...)
+from ubatch.compute.backends import active_backend, backends, set_backend  # noqa: F401  (ubatch.compute.kernels.backends() ...)
 
 ROPE_NORM = 0
 ROPE_NEOX = 2

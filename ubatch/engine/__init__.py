@@ -1,5 +1,6 @@
-"""The engine layer: the decode loop (Context), token-level continuous batching (request / scheduler / batcher,
-re-exported by serve.py) and text generation (LLMEngine, LLM, sampling)."""
+"""The engine layer: the decode loop (Context) with the model runner (model_runner: the forward of one ubatch) and
+the K/V data it owns (kv_store), token-level continuous batching (request / scheduler / batcher) and text
+generation (LLMEngine, LLM, sampling)."""
 from ubatch.engine.context import Context
 from ubatch.engine.llm_engine import (CompletionOutput, LLMEngine, PromptTooLongError, RequestOutput,
                                       SamplingParams)

@@ -1,4 +1,4 @@
-"""Requests of the token-level continuous batcher (`ubatch.serve`): a prompt of token ids and a generation length,
+"""Requests of the token-level continuous batcher (`ubatch.engine.batcher`): a prompt of token ids and a generation length,
 and the seeded request streams the decode benchmarks use."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The token-level scheduler of `ubatch.serve`: requests, sequence slots and each step's batch content (no model,
+"""The token-level scheduler of `ubatch.engine.batcher`: requests, sequence slots and each step's batch content (no model,
 no KV cache). See ubatch/engine/batcher.py for the step it is used in."""
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
+from ubatch.compute import kernels
+from ubatch.model import fused
 from ubatch.model import ops
 from ubatch.model.arch.llama import n_ctx_seq, rope_ext
 from ubatch.model.gguf_file import GGUFError, GGUFFile
@@ -108,7 +109,7 @@ def embed(model, tokens: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return forward_reference(model, step, x, keep)
