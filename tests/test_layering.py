@@ -15,11 +15,12 @@ PKG = os.path.dirname(os.path.abspath(ubatch.__file__))
 FLOORS = {
     "_ffi": 0,                      # the compiled CFFI module (_ffi, _native, _build_ffi)
     "common": 1,                    # errors, limits, params, validation
-    "batch": 2, "compute": 2, "grammar": 2, "tokenizer": 2, "testing": 2,
+    "batch": 2, "compute": 2, "grammar": 2, "testing": 2,
+    "chat": 2,                      # chat formats and templates: text in, text out (no tokenizer, no engine)
     "memory": 3,                    # the KV caches plan on batch's ubatches
-    "model": 3,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
-    "models": 4,                    # the catalogue: ubatch.models.load / tiny_llama
-    "chat": 5,                      # chat formats, templates, tool plans (llama-cpp-python's formatters)
+    "tokenizer": 3,                 # vocabularies, pre-tokenizers; renders chat templates through chat
+    "model": 4,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
+    "models": 5,                    # the catalogue: ubatch.models.load / tiny_llama
     "engine": 6,                    # Context (the decode loop), model runner, K/V store, LLMEngine, LLM
     "ubatch": 7,                    # the package's facade: ubatch/__init__.py
     "llama_cpp": 8,                 # the llama-cpp-python drop-in
@@ -27,15 +28,6 @@ FLOORS = {
     "llama_cpp.server": 10, "ray": 10, "viz": 10,
     "bench": 11,
     "cli": 12,                      # ubatch/cli and ubatch/__main__
-}
-
-# upward imports still waiting for their move (each one a circle); this set must shrink to nothing, and the test
-# fails as well when one of them is gone but still listed here
-KNOWN_UPWARD = {
-    ("tokenizer", "chat"),          # tokenizer/chat_encode.py, chat_template.py render through chat.jinja
-    ("chat", "engine"),             # chat/tool_plan.py probes engine.sampling.SamplingParams
-    ("chat", "llama_cpp"),          # chat/jinja_formatter.py returns llama_cpp's StoppingCriteriaList, handler
-    ("engine", "llama_cpp"),        # engine/speculative.py: llama_cpp.llama_speculative.prompt_lookup_ngram
 }
 
 
@@ -110,17 +102,13 @@ def test_compute_imports_only_common_and_ffi():
 
 
 def test_imports_go_down_the_floors():
-    upward, seen = [], set()
+    upward = []
     for me, to, f, line in imports():
         a, b = room_of(me), room_of(to)
         if a == b or FLOORS[b] < FLOORS[a]:
             continue
-        seen.add((a, b))
-        if (a, b) not in KNOWN_UPWARD:
-            upward.append(f"  {f}:{line} ({a}, floor {FLOORS[a]}) imports {to} ({b}, floor {FLOORS[b]})")
+        upward.append(f"  {f}:{line} ({a}, floor {FLOORS[a]}) imports {to} ({b}, floor {FLOORS[b]})")
     assert not upward, "imports sideways or up the floors (docs/architecture.md):\n" + "\n".join(upward)
-    stale = KNOWN_UPWARD - seen
-    assert not stale, f"no longer imported, drop from KNOWN_UPWARD: {sorted(stale)}"
 
 
 @pytest.mark.parametrize("module, room", [("ubatch", "ubatch"), ("ubatch.Batch", "ubatch"),

@@ -1,4 +1,4 @@
-"""ubatch.LLM (api.md § LLM): many prompts in, completions out, through LLMEngine's continuous batching."""
+"""ubatch.LLM (docs/api.md): many prompts in, completions out, through LLMEngine's continuous batching."""
 from __future__ import annotations
 
 import os
@@ -50,7 +50,7 @@ def _is_one_token_prompt(p) -> bool:
 
 
 class LLM:
-    """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
+    """Generation with continuous batching (docs/api.md). Keyword arguments of generate / stream / chat:
     max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams).
     enable_prefix_caching (default True): reuse the K/V of earlier prompts' shared prefixes (bitwise the same
     outputs); prefix_cache_max_cells bounds the cells the cache may hold (None: the KV cache, evicted on demand).
@@ -181,9 +181,9 @@ class LLM:
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        from ubatch.chat.tool_plan import check, engine_constrains
+        from ubatch.chat.tool_plan import check
         from ubatch.tokenizer.chat_encode import chat_prompt_ids
-        plan = check(tools, tool_choice, constrained=engine_constrains(tok))
+        plan = check(tools, tool_choice, constrained=True)    # the grammar engine constrains a forced call
         if plan.active:
             fmt = plan.chat_format(fmt)
             if plan.forced is not None:                   # one call asked for: it ends at its </tool_call>
