@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.model.hparams import ROPE_NEOX, ROPE_NORM
+from ubatch.common.params import ROPE_NEOX, ROPE_NORM
 
 _ERR_LEN = 256
 _enabled: Optional[bool] = None
