@@ -1,4 +1,4 @@
-"""Every recorded decode scenario through the public ubatch.Context (api.md) with the real model: every
+"""Every recorded decode scenario through the public ubatch.Context (docs/api.md) with the real model: every
 output row's logits (and embeddings) against llama.cpp within tolerance, argmax equal, failed decodes
 raising with code 1 and changing nothing, and twin runs (rollback / failed decode) bit-identical."""
 import glob

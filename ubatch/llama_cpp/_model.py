@@ -44,7 +44,7 @@ def _load_tokenizer(path: str, raw: Dict[str, object]):
     if raw.get("tokenizer.ggml.model") in (None, "no_vocab", "none") or "tokenizer.ggml.tokens" not in raw:
         return None
     try:
-        from ubatch.tokenizer import Tokenizer  # the tokenizer branch (api.md § Tokenizer)
+        from ubatch.tokenizer import Tokenizer  # the tokenizer branch (docs/api.md)
     except ImportError:
         Tokenizer = None
     if Tokenizer is None:

@@ -1,4 +1,4 @@
-"""Vocabulary loading: what llama.cpp's llama_vocab::impl::load derives from the GGUF keys (tokenizer.md §1-3).
+"""Vocabulary loading: what llama.cpp's llama_vocab::impl::load derives from the GGUF keys (docs/llama-cpp-behaviours.md §T1-T3).
 
 `load_vocab(path)` reads only the tokenizer keys, copies texts/scores/types into the C vocabulary in bulk
 (no Python loop per token), then applies llama.cpp's load-time rules in its order: per-type defaults, id and

@@ -1,5 +1,5 @@
 """llama (TinyLlama, SmolLM, Llama-style files): NORM RoPE, GQA, SwiGLU, optional biases, tied output
-(real-models.md §3.2). qwen2 reuses this decoder with required Q/K/V biases and NEOX RoPE."""
+(docs/llama-cpp-behaviours.md §M3.2). qwen2 reuses this decoder with required Q/K/V biases and NEOX RoPE."""
 from __future__ import annotations
 
 from dataclasses import dataclass
