@@ -96,6 +96,47 @@ def test_trie_walk_equals_per_token_check_and_partial_utf8():
     assert not Grammar("root ::= .*", v).state().allows(0)
 
 
+def _walk_matches_checks(g, n, steps=10, seed=0):
+    s = g.state()
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        m = s.mask()
+        assert [s.allows(t) for t in range(n)] == m.tolist()
+        ok = np.flatnonzero(m)
+        if not ok.size:
+            break
+        s.accept(int(rng.choice(ok)))
+
+
+def test_walk_paths_many_classes_and_deep_pieces():
+    """The trie walk's paths against the per-token check: the code-point trie (clean UTF-8 state), the byte trie
+    (a partial sequence pending, and a vocabulary with a piece too deep for the code-point trie), dense
+    per-set transition tables and the hash table of a grammar with more code-point classes than they hold."""
+    cjk = [chr(0x4E00 + k) for k in range(2300)]
+    pieces = PIECES + cjk + [a + b for a, b in zip(cjk[::7], cjk[3::7])] + [c.encode()[:2] for c in cjk[::11]]
+    many = "root ::= [" + "".join(cjk[::2]) + "]+ \"}\""       # 2300 breakpoints: the hash table
+    few = 'root ::= ([\u4e00-\u4eff] | [^\u4e10-\u4e20] "a")* "}"'
+    even = set(cjk[::2])
+
+    def first_ok(p):                      # an independent answer for `many`'s first token
+        b = p.encode() if isinstance(p, str) else p
+        if not b or b"\x00" in b[:1]:
+            return False
+        try:
+            return all(c in even for c in b.decode())
+        except UnicodeDecodeError:        # a cut 3-byte sequence: allowed iff it may complete into the class
+            done = [(b + bytes([x])).decode("utf-8", "ignore") for x in range(0x80, 0xC0)]
+            return len(b) == 2 and 0xE0 <= b[0] < 0xF0 and any(c in even for c in done)
+    for deep in (False, True):
+        v = _vocab(pieces + (["a" * 1100] if deep else []), eog=[21])
+        n = len(pieces) + deep
+        want = [first_ok(p) and t != 21 for t, p in enumerate(pieces)] + [False] * deep
+        assert Grammar(many, v).state().mask().astype(bool).tolist() == want
+        for text in (many, few, JSON):
+            for seed in range(2):
+                _walk_matches_checks(Grammar(text, v), n, seed=seed)
+
+
 ALPHABET = list('root::=|()[]^-"\\*+?{},.<>!#\n axyz0129') + ["root ::= ", "\u00e9", "[a-z]", "\\x41", "<[3]>"]
 
 

@@ -70,12 +70,16 @@ class KVStore:
                 a[dst] = a[src]
 
     def shift(self, delta: Optional[np.ndarray], rope: Callable[[int], Tuple[int, int, float, float]]) -> None:
-        """Re-rotate cached K by delta (per cell, 0 = untouched); rope(il) -> (n_rot, mode, base, scale)."""
+        """Re-rotate cached K by delta (per cell, 0 = untouched); rope(il) -> (n_rot, mode, base, scale[, ext]) or None (not shifted)."""
         if delta is None or not delta.any():
             return
         for l in self.layers:
-            n_rot, mode, base, scale = rope(l)
-            kernels.rope_shift(self.k[l], delta, n_rot=n_rot, base=base, mode=mode, freq_scale=scale)
+            r = rope(l)
+            if r is None:      # a layer without RoPE (granite without rope.scaling.finetuned)
+                continue
+            n_rot, mode, base, scale, *ext = r
+            kernels.rope_shift(self.k[l], delta, n_rot=n_rot, base=base, mode=mode, freq_scale=scale,
+                               ext=ext[0] if ext else None)
         written = self.pos >= 0
         self.pos[written] += delta[written]
 

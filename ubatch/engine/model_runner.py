@@ -196,9 +196,13 @@ class ModelRunner:
         return self.model.n_embd
 
     def _rope(self, il: int):
+        """Layer il's K-shift rotation (n_rot, mode, base, scale, ext), None when llama.cpp does not shift it."""
         m = self.model
+        if not m.hparams.has_rope(il):
+            return None
+        from ubatch.model.arch.llama import rope_ext
         base, scale = m.hparams.rope_params(il)
-        return m.n_rot, m.rope_type, base, scale
+        return m.n_rot, m.rope_type, base, scale, rope_ext(m, il, int(self.stores[0].kv_size))
 
     # ---- KV data operations -------------------------------------------------------------------------
     def update(self, copies: Sequence[Tuple[int, int]], shift: Optional[np.ndarray],

@@ -32,10 +32,11 @@ def set_enabled(on: Optional[bool]) -> None:
 
 def enabled(model) -> bool:
     on = _enabled if _enabled is not None else os.environ.get("UBATCH_FUSED", "1") != "0"
-    return bool(on) and model.hparams.rope_type in (ROPE_NORM, ROPE_NEOX) and model.arch in FUSED_ARCHS
+    return bool(on) and model.hparams.rope_type in (ROPE_NORM, ROPE_NEOX) and \
+        (model.arch in FUSED_ARCHS or getattr(model.arch_module, "FUSED", False))
 
 
-FUSED_ARCHS = ("llama", "qwen2", "gemma3", "gemma2", "qwen2moe", "qwen3moe")
+FUSED_ARCHS = ("llama", "qwen2", "gemma3", "gemma2", "qwen2moe", "qwen3moe")   # and every arch with FUSED = True
 GEMMA_LAYERS = ("gemma3", "gemma2")   # UB_LAYER_GEMMA3: post norms, GeGLU, Q scale
 
 
@@ -62,11 +63,16 @@ def _hp_key(model) -> tuple:
     hp = model.hparams
     return (hp.rms_eps, hp.n_rot, hp.rope_type, hp.q_scale, hp.kq_scale, hp.n_swa, tuple(hp.swa_layers),
             hp.rope_freq_base, hp.rope_freq_scale, getattr(hp, "rope_freq_base_swa", None),
-            hp.rope_freq_scale_swa, hp.attn_logit_softcap, id(hp.moe), id(model.weights))
+            hp.rope_freq_scale_swa, hp.attn_logit_softcap, id(hp.moe), id(model.weights), hp.rope_ext_factor,
+            hp.rope_attn_factor, hp.n_ctx_orig_yarn, hp.residual_scale,
+            tuple(hp.uses_rope(i) for i in range(hp.n_layer)))
 
 
-def _build(model) -> Tuple[List[object], list]:
+def _build(model, n_ctx: int) -> Tuple[List[object], list]:
+    """The ub_layer structs of model for a context of n_ctx cells per sequence (LongRoPE picks its factors by
+    it); every optional piece of the layer is set when the architecture's layer has it."""
     from ubatch.model import ops
+    from ubatch.model.arch.llama import rope_ext
     hp, W = model.hparams, model.weights
     from ubatch.model import moe
     gemma = model.arch in GEMMA_LAYERS
@@ -83,15 +89,23 @@ def _build(model) -> Tuple[List[object], list]:
         c.eps, c.rope_base, c.rope_scale = float(hp.rms_eps), float(base), float(scale)
         c.q_scale, c.kq_scale = float(np.float32(hp.q_scale)), float(hp.kq_scale)
         c.attn_softcap = float(hp.attn_logit_softcap)
-        if getattr(L, "q_norm", None) is not None:
-            c.q_norm, c.k_norm = _vec(keep, L.q_norm, hd, "q_norm"), _vec(keep, L.k_norm, hd, "k_norm")
+        c.residual_scale = float(np.float32(hp.residual_scale))
+        c.no_rope = 0 if hp.uses_rope(il) else 1
+        ext = rope_ext(model, il, n_ctx)
+        c.yarn = ext.cdata(hp.n_rot, base, keep) if ext is not None else ffi.NULL
         mw = getattr(L, "moe", None)
         if mw is not None:
             c.moe = moe.struct(mw, hp, keep)
-        c.attn_norm, c.ffn_norm = _vec(keep, L.attn_norm, E, "attn_norm"), _vec(keep, L.ffn_norm, E, "ffn_norm")
+        c.attn_norm = _vec(keep, L.attn_norm, E, "attn_norm")
+        c.ffn_norm = _vec(keep, L.ffn_norm, E, "ffn_norm")
+        qn, kn = getattr(L, "q_norm", None), getattr(L, "k_norm", None)
+        if qn is not None or kn is not None:
+            c.qk_norm_full = 0 if (qn is not None and qn.shape == (hd,)) else 1
+            c.q_norm = _vec(keep, qn, hq if c.qk_norm_full else hd, "q_norm")
+            c.k_norm = _vec(keep, kn, hk if c.qk_norm_full else hd, "k_norm")
+        c.post_attn_norm = _vec(keep, getattr(L, "post_attn_norm", None), E, "post_attn_norm")
+        c.post_ffw_norm = _vec(keep, getattr(L, "post_ffw_norm", None), E, "post_ffw_norm")
         if gemma:
-            c.post_attn_norm = _vec(keep, L.post_attn_norm, E, "post_attn_norm")
-            c.post_ffw_norm = _vec(keep, L.post_ffw_norm, E, "post_ffw_norm")
             c.gelu_table = table
         else:
             c.bq, c.bk = _vec(keep, L.bq, hq, "bq"), _vec(keep, L.bk, hk, "bk")
@@ -102,15 +116,23 @@ def _build(model) -> Tuple[List[object], list]:
     return out, keep
 
 
-def layers(model) -> List[object]:
-    """The model's ub_layer structs (cached on the model; rebuilt when the hyperparameters change)."""
-    key = _hp_key(model)
+def _factor_choice(model, n_ctx: int) -> bool:
+    """Which LongRoPE factor set a context of n_ctx cells per sequence uses (True: long)."""
+    return n_ctx > model.hparams.n_ctx_orig_yarn
+
+
+def layers(model, n_ctx: int = 0) -> List[object]:
+    """The model's ub_layer structs for contexts of n_ctx cells per sequence (cached on the model, one set
+    per LongRoPE factor choice; rebuilt when the hyperparameters change)."""
+    key = (_hp_key(model), _factor_choice(model, n_ctx))
     cache = getattr(model, "_fused_layers", None)
-    if cache is None or cache[0] != key:
-        built = _build(model)
-        cache = (key, built[0], built[1])
+    if cache is None or cache[0] != key[0]:
+        cache = (key[0], {})
         model._fused_layers = cache
-    return cache[1]
+    built = cache[1].get(key[1])
+    if built is None:
+        built = cache[1][key[1]] = _build(model, n_ctx)
+    return built[0]
 
 
 def _check(x: np.ndarray, pos: np.ndarray, keep: Optional[np.ndarray], n_embd: int) -> None:
@@ -154,7 +176,8 @@ def layer_forward(layer, kv, x: np.ndarray, pos: np.ndarray, keep: Optional[np.n
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """The decoder layers over one ubatch, one C call each; returns the residual stream of rows `keep`
     (ascending, as the runner gives them). The buffers are checked once for all the layers."""
-    Ls = layers(model)
+    from ubatch.model.arch.llama import n_ctx_seq
+    Ls = layers(model, n_ctx_seq(step))
     x = np.array(x, dtype=np.float32, order="C", copy=True)
     keep32 = np.ascontiguousarray(keep, dtype=np.int32)
     pos = step.pos
