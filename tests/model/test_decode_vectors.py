@@ -12,9 +12,6 @@ import ubatch
 from ubatch.model.model import Model
 from ubatch.models import tiny_llama
 
-if not hasattr(ubatch, "Context"):
-    pytest.skip("ubatch.Context is not available yet (decode loop not merged)", allow_module_level=True)
-
 from suite_paths import DATA  # noqa: E402
 DECODE = os.path.join(DATA, "decode")
 SCENARIOS = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(DECODE, "*__*.json")))

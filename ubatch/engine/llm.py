@@ -32,16 +32,7 @@ def load_model(model):
     if not isinstance(model, (str, os.PathLike)):
         return model
     from ubatch import models
-    load = getattr(models, "load", None)
-    if load is not None:
-        return load(os.fspath(model))
-    name = os.fspath(model)
-    if name == "tiny-llama":
-        return models.tiny_llama()
-    if not os.path.isfile(name):
-        raise ValueError(f"model {name!r}: not a known model name and no such file")
-    from ubatch.model.model import Model
-    return Model.from_gguf(name)
+    return models.load(os.fspath(model))
 
 
 def _is_one_token_prompt(p) -> bool:
