@@ -3,7 +3,9 @@ goes from a room to a room on a lower floor, never sideways or up, so there is n
 subpackages and compute/ imports nothing but common and the compiled module. Read from the source with `ast`
 (no import is executed), so a new upward import fails here by file and line."""
 import ast
+import importlib.metadata
 import os
+import sys
 
 import pytest
 
@@ -109,6 +111,22 @@ def test_imports_go_down_the_floors():
             continue
         upward.append(f"  {f}:{line} ({a}, floor {FLOORS[a]}) imports {to} ({b}, floor {FLOORS[b]})")
     assert not upward, "imports sideways or up the floors (docs/architecture.md):\n" + "\n".join(upward)
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_tests_live_in_rooms():
+    """At most 5 files directly in tests/; every other test sits in a room folder, and no room folder is named
+    like an importable module (the tests folder is on sys.path, where such a folder would pass for it)."""
+    top = [f for f in os.listdir(TESTS) if os.path.isfile(os.path.join(TESTS, f)) and not f.startswith(".")]
+    assert len(top) <= 5, f"files directly in tests/: {sorted(top)}"
+    rooms = [d for d in os.listdir(TESTS) if os.path.isdir(os.path.join(TESTS, d)) and not d.startswith((".", "__"))]
+    taken = set(sys.stdlib_module_names) | set(importlib.metadata.packages_distributions()) | {"ubatch"}
+    assert not taken & set(rooms), f"room folders named like importable modules: {sorted(taken & set(rooms))}"
+    for d in rooms:
+        if d not in ("data", "support"):
+            assert any(f.startswith("test_") for f in os.listdir(os.path.join(TESTS, d))), f"tests/{d} holds no test"
 
 
 @pytest.mark.parametrize("module, room", [("ubatch", "ubatch"), ("ubatch.Batch", "ubatch"),
