@@ -8,6 +8,7 @@ ROPE_*     llama.cpp's rope modes (LLAMA_ROPE_TYPE_NORM / NEOX / MROPE) and thei
 Values that the C side defines too (the UB_ROPE_* and UB_DT_* enums of csrc/compute/ub_compute.h) are read from
 the compiled library, so the two cannot drift apart.
 LLAMA_TOKEN_NULL  llama.cpp's "no token id" (-1)
+ERR_LEN    the size of the error-message buffers handed to C
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ ROPE_MROPE: int = lib.UB_ROPE_MROPE    # NEOX pairing, position section per pair
 ROPE_MODES: Dict[int, str] = {ROPE_NORM: "NORM", ROPE_NEOX: "NEOX", ROPE_MROPE: "MROPE"}
 
 LLAMA_TOKEN_NULL = -1
+ERR_LEN = 512          # bytes of the buffer a C entry point writes its error message into
 
-__all__ = ["KV_DT_CODES", "KV_DTYPES", "KV_TYPES", "LLAMA_TOKEN_NULL", "POOLING", "ROPE_MODES", "ROPE_MROPE", "ROPE_NEOX",
-           "ROPE_NORM"]
+__all__ = ["ERR_LEN", "KV_DT_CODES", "KV_DTYPES", "KV_TYPES", "LLAMA_TOKEN_NULL", "POOLING", "ROPE_MODES",
+           "ROPE_MROPE", "ROPE_NEOX", "ROPE_NORM"]

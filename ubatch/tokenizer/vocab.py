@@ -15,6 +15,7 @@ from typing import Dict, Optional, Set
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 from ubatch.tokenizer.errors import TokenizerError, UnsupportedVocabError
 from ubatch.tokenizer.gguf_vocab import GGUFMetadata, NumArray, StringArray, T_F32, T_I32
 from ubatch.tokenizer.pretok import PRE_TOKENIZERS
@@ -95,7 +96,7 @@ def _bool_key(md: GGUFMetadata, key: str) -> Optional[bool]:
 
 
 def _errbuf():
-    return ffi.new("char[]", 512)
+    return ffi.new("char[]", ERR_LEN)
 
 
 class _Loader:
