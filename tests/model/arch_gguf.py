@@ -41,6 +41,10 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
                                          "rope.scaling.factor": (4.0, VT.FLOAT32),
                                          "rope.scaling.original_context_length": (32, VT.UINT32)}),
     "llama-rope-freqs": dict(arch="llama", seed="llama", rope_freqs=True, kv={"rope.freq_base": (500000.0, VT.FLOAT32)}),
+    "llama-longrope": dict(arch="llama", seed="llama", longrope=True,
+                           kv={"rope.scaling.type": ("longrope", VT.STRING),
+                               "rope.scaling.attn_factor": (1.05, VT.FLOAT32),
+                               "rope.scaling.original_context_length": (256, VT.UINT32)}),
     "qwen3": dict(arch="qwen3", qk_norm=True, kv={"rope.freq_base": (1000000.0, VT.FLOAT32)}),
     "phi3": dict(arch="phi3", n_rot=12, longrope=True, fused=True,
                  kv={"rope.scaling.attn_factor": (1.1902380714238083, VT.FLOAT32),
@@ -50,8 +54,12 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
                                         "residual_scale": (0.22, VT.FLOAT32),
                                         "logit_scale": (8.0, VT.FLOAT32),
                                         "attention.scale": (0.1, VT.FLOAT32)}, tied=True),
+    "granite-norope": dict(arch="granite", seed="granite", tied=True,
+                           kv={"logit_scale": (8.0, VT.FLOAT32), "rope.scaling.finetuned": (False, VT.BOOL)}),
     "olmo2": dict(arch="olmo2", olmo2=True),
     "minicpm": dict(arch="minicpm", tied=True),
+    "exaone4": dict(arch="exaone4", exaone=True, rope_freqs=True, tied=True,
+                    kv={"rope.freq_base": (1000000.0, VT.FLOAT32)}),
     "smollm3": dict(arch="smollm3", n_layer=4, tied=True),
 }
 
@@ -139,7 +147,7 @@ def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, n
         f32("rope_factors_short.weight", (1.0 + 0.5 * rng.random(n_rot // 2)).astype(np.float32))
     for i in range(nl):
         p = f"blk.{i}."
-        if not spec.get("olmo2"):
+        if not (spec.get("olmo2") or spec.get("exaone")):
             vec(p + "attn_norm.weight", E)
         if spec.get("fused"):
             mat(p + "attn_qkv.weight", HQ + 2 * HK, E)
@@ -148,12 +156,13 @@ def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, n
             mat(p + "attn_k.weight", HK, E)
             mat(p + "attn_v.weight", HK, E)
         mat(p + "attn_output.weight", E, HQ)
-        if spec.get("qk_norm"):
+        if spec.get("qk_norm") or spec.get("exaone"):
             vec(p + "attn_q_norm.weight", HD)
             vec(p + "attn_k_norm.weight", HD)
         if spec.get("olmo2"):
             vec(p + "attn_q_norm.weight", HQ)
             vec(p + "attn_k_norm.weight", HK)
+        if spec.get("olmo2") or spec.get("exaone"):
             vec(p + "post_attention_norm.weight", E)
             vec(p + "post_ffw_norm.weight", E)
         else:

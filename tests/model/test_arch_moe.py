@@ -1,4 +1,4 @@
-"""gemma2, qwen2moe and qwen3moe on tiny random-weight GGUFs (tests/model/tiny_arch.py, written from fixed seeds):
+"""gemma2, qwen2moe, qwen3moe and llama with experts (Mixtral) on tiny random-weight GGUFs (tests/model/tiny_arch.py, written from fixed seeds):
 agreement with llama.cpp's recorded logits (tests/data/arch, made by tests/model/record_arch.py), batch invariance
 bitwise (MoE included: the same prompt with other companions, n_ubatch, thread counts, KV layouts, chunks),
 the fused C layer against the Python reference path, the MoE block (csrc/compute/moe.c) against a numpy
@@ -92,7 +92,7 @@ INV = [dict(others=0, n_ubatch=512, kv_unified=False, n_threads=2, chunks=()),
        dict(others=3, n_ubatch=512, kv_unified=False, n_threads=1, chunks=(9,), type_kv="f16")]
 
 
-@pytest.mark.parametrize("name", ["gemma2-q8_0", "qwen2moe-q8_0", "qwen3moe-f32", "qwen3moe-q8_0"])
+@pytest.mark.parametrize("name", ["gemma2-q8_0", "qwen2moe-q8_0", "qwen3moe-f32", "qwen3moe-q8_0", "mixtral-q8_0"])
 def test_batch_invariance_bitwise(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [17], seed=5)[0]
@@ -109,7 +109,7 @@ def test_batch_invariance_bitwise(files, name):
                 assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} {kvt}"
 
 
-@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0"])
+@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0", "mixtral-q8_0"])
 def test_fused_equals_reference_path(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [13], seed=2)[0]
@@ -158,7 +158,7 @@ def _np_moe(m, mw, h):
     return out, sel, w
 
 
-@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32"])
+@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32", "mixtral-f32"])
 def test_moe_block_against_numpy(files, name):
     m, mw = _moe_layer(files, name)
     h = np.random.default_rng(4).standard_normal((40, m.n_embd)).astype(np.float32)
@@ -223,8 +223,10 @@ def _rewrite(src: str, dst, *, drop=(), set_kv=None, drop_tensors=()):
     for t in r.tensors:
         if t.name in drop_tensors:
             continue
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(x) for x in t.shape])),
-                     raw_dtype=t.tensor_type)
+        if t.tensor_type == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(t.name, np.asarray(t.data).reshape(list(reversed([int(x) for x in t.shape]))))
+        else:   # the reader's data is in byte shape, as add_tensor takes it
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -237,7 +239,7 @@ U32 = gguf.GGUFValueType.UINT32
 
 @pytest.mark.parametrize("change,match", [
     (dict(drop=("qwen3moe.expert_count",)), r"n_expert must be > 0 for QWEN3MOE \(qwen3moe.expert_count\)"),
-    (dict(set_kv={"qwen3moe.expert_used_count": (9, U32)}), "expert_used_count = 9 exceeds expert_count = 8"),
+    (dict(set_kv={"qwen3moe.expert_used_count": (9, U32)}), "expert_used_count = 9 exceeds qwen3moe.expert_count = 8"),
     (dict(set_kv={"qwen3moe.expert_group_count": (2, U32)}), "expert_group_count = 2: expert group selection"),
     (dict(drop_tensors=("blk.1.ffn_up_exps.weight",)), "missing tensor 'blk.1.ffn_up_exps.weight'"),
     (dict(drop_tensors=("blk.0.attn_q_norm.weight",)), "missing tensor 'blk.0.attn_q_norm.weight'"),
@@ -252,10 +254,20 @@ def test_qwen3moe_refusals(files, tmp_path, change, match):
 
 def test_expert_count_on_a_dense_arch_is_refused(tmp_path):
     import gguf_util
+    kv = gguf_util.standard_kv("qwen2")
+    kv["qwen2.expert_count"] = (4, U32)
+    p = gguf_util.write(tmp_path / "qwen2_moe.gguf", kv, arch="qwen2", n_vocab=len(gguf_util.vocab_tokens()))
+    with pytest.raises(GGUFError, match="arch 'qwen2' has no mixture-of-experts layers"):
+        Model.from_gguf(p)
+    # llama reads experts (Mixtral): a file with experts but no dense FFN tensors is checked as one
     kv = gguf_util.standard_kv("llama")
     kv["llama.expert_count"] = (4, U32)
     p = gguf_util.write(tmp_path / "llama_moe.gguf", kv, n_vocab=len(gguf_util.vocab_tokens()))
-    with pytest.raises(GGUFError, match="arch 'llama' has no mixture-of-experts layers"):
+    with pytest.raises(GGUFError, match=r"n_expert_used must be > 0 for LLAMA \(llama.expert_used_count\)"):
+        Model.from_gguf(p)
+    kv["llama.expert_used_count"] = (2, U32)
+    p = gguf_util.write(tmp_path / "llama_moe2.gguf", kv, n_vocab=len(gguf_util.vocab_tokens()))
+    with pytest.raises(GGUFError, match="missing tensor 'blk.0.ffn_gate_inp.weight'"):
         Model.from_gguf(p)
 
 
@@ -269,5 +281,41 @@ def test_hparams_read(files):
     q3 = Model.from_gguf(files["qwen3moe-f32"])
     assert (q3.hparams.moe.n_expert_used, q3.hparams.moe.norm_w, q3.head_dim, q3.hparams.moe.n_ff_shexp) == \
         (3, True, 24, 0)
+    mx = Model.from_gguf(files["mixtral-f32"])
+    assert (mx.arch, mx.hparams.moe.n_expert, mx.hparams.moe.n_expert_used, mx.hparams.moe.n_ff_exp,
+            mx.hparams.moe.norm_w, mx.weights.layers[0].w_gate) == ("llama", 4, 2, 64, True, None)
     from ubatch.model.registry import SUPPORTED_ARCHS
     assert {"gemma2", "qwen2moe", "qwen3moe"} <= set(SUPPORTED_ARCHS)
+
+
+F32 = gguf.GGUFValueType.FLOAT32
+STR = gguf.GGUFValueType.STRING
+HOSTILE = [
+    ("gemma2-f32", "gemma2.attention.sliding_window", [(0, U32), (2**31, U32), ("x", STR)]),
+    ("gemma2-f32", "gemma2.attn_logit_softcapping", [(0.0, F32), (-1.0, F32), (float("nan"), F32), (1e-30, F32)]),
+    ("gemma2-f32", "gemma2.final_logit_softcapping", [(0.0, F32), (float("inf"), F32)]),
+    ("gemma2-f32", "gemma2.attention.sliding_window_pattern", [(0, U32), (1, U32), (7, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_count", [(0, U32), (1, U32), (2000, U32), (2**32 - 1, U32), (3.0, F32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_used_count", [(0, U32), (8, U32), (1, U32), (2**32 - 1, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_feed_forward_length", [(0, U32), (64, U32), (2**31, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_shared_feed_forward_length", [(0, U32), (32, U32), (2**31, U32)]),
+    ("qwen3moe-q8_0", "qwen3moe.expert_gating_func", [(2, U32)]),
+    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32)]),
+]
+
+
+@pytest.mark.parametrize("name,key,values", HOSTILE, ids=[h[1] for h in HOSTILE])
+def test_hostile_hparams_never_crash(files, tmp_path, name, key, values):
+    """Each bad value either loads a model that decodes (llama.cpp would too) or raises GGUFError naming the
+    key or the tensor it contradicts; never a crash or another exception."""
+    for i, (v, vt) in enumerate(values):
+        p = _rewrite(files[name], tmp_path / f"h{i}.gguf", set_kv={key: (v, vt)})
+        try:
+            m = Model.from_gguf(p)
+        except GGUFError as e:
+            assert key in str(e) or "tensor 'blk." in str(e), str(e)
+            continue
+        ctx = ubatch.Context(m, n_ctx=64, n_ubatch=8, n_threads=1)
+        assert ctx.decode(Batch.from_arrays(tokens=list(range(1, 12)), pos=list(range(11)),
+                                            seq_ids=[[0]] * 11, output=[0] * 10 + [1])) == 0
+        assert np.isfinite(ctx.get_logits_ith(10)).all()

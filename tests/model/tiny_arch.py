@@ -1,4 +1,4 @@
-"""Tiny random-weight GGUF models of the gemma2, qwen2moe and qwen3moe architectures, written with the `gguf`
+"""Tiny random-weight GGUF models of the gemma2, qwen2moe, qwen3moe and llama-with-experts (Mixtral) architectures, written with the `gguf`
 package from fixed seeds (tests never download a model for these archs).
 
     write(name, path) -> path     one model of SPECS (name = "<arch>-<type>", e.g. "qwen3moe-q8_0")
@@ -9,7 +9,7 @@ to load it) and the hyperparameter keys llama.cpp reads for its arch. Sizes are 
 exercised: gemma2 alternates sliding (window 6) and global layers and has soft-caps (attention 3, final 12)
 small enough that tanh bends the values; the MoE models have 8 experts (top-2 for qwen2moe with its shared
 expert, top-3 for qwen3moe with the routing weights normalised), qwen3moe has key_length 24 (n_head * 24 !=
-n_embd) and q/k norms. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
+n_embd) and q/k norms; "mixtral" is GGUF arch llama with 4 experts of width n_ff, top-2. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
 and "q8_0" (matrices Q8_0 as llama-quantize leaves them, router / norms / shared-expert gate f32)."""
 from __future__ import annotations
 
@@ -29,14 +29,16 @@ VT = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType
 E, NH, NKV = 64, 4, 2
 
-ARCHS = ("gemma2", "qwen2moe", "qwen3moe")
+ARCHS = ("gemma2", "qwen2moe", "qwen3moe", "mixtral")   # mixtral: GGUF arch "llama" with experts
 TYPES = ("f32", "q8_0")
 SPECS = {f"{a}-{t}": (a, t) for a in ARCHS for t in TYPES}
-SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303}
+SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303, "mixtral": 8807}
+GGUF_ARCH = {"mixtral": "llama"}
 
-GEMMA2 = dict(n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
-QWEN2MOE = dict(n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
-QWEN3MOE = dict(n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
+GEMMA2 = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
+QWEN2MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
+QWEN3MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
+MIXTRAL = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=64, head_dim=16, n_expert=4, n_used=2, n_ff_exp=64)
 
 
 def _tokenizer_kv() -> Dict[str, tuple]:
@@ -44,7 +46,9 @@ def _tokenizer_kv() -> Dict[str, tuple]:
     return {k: v for k, v in kv.items() if k.startswith("tokenizer.")}
 
 
-def _base_kv(arch: str, n_layer: int, n_ff: int, head_dim: int) -> Dict[str, tuple]:
+def _base_kv(arch: str, c: dict) -> Dict[str, tuple]:
+    E, NH, NKV, n_layer, n_ff, head_dim = (c[k] for k in ("n_embd", "n_head", "n_head_kv", "n_layer", "n_ff",
+                                                          "head_dim"))
     kv = {f"{arch}.context_length": (256, VT.UINT32), f"{arch}.embedding_length": (E, VT.UINT32),
           f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
           f"{arch}.attention.head_count": (NH, VT.UINT32), f"{arch}.attention.head_count_kv": (NKV, VT.UINT32),
@@ -55,13 +59,14 @@ def _base_kv(arch: str, n_layer: int, n_ff: int, head_dim: int) -> Dict[str, tup
     return kv
 
 
-def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
+def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
     """(metadata, [(tensor name, numpy shape [outer..inner], role)]); role: "mat" (matrix, quantisable),
     "exp" (stacked expert matrices, quantisable), "f32" (kept f32: norms, biases, router, shared gate)."""
+    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE, "mixtral": MIXTRAL}[arch], **over)
+    E, NH, NKV = c["n_embd"], c["n_head"], c["n_head_kv"]
     t: List[Tuple[str, tuple, str]] = [("token_embd.weight", (n_vocab, E), "mat"), ("output_norm.weight", (E,), "norm")]
     if arch == "gemma2":
-        c = GEMMA2
-        kv = _base_kv(arch, c["n_layer"], c["n_ff"], c["head_dim"])
+        kv = _base_kv(arch, c)
         kv.update({f"{arch}.attention.sliding_window": (c["n_swa"], VT.UINT32),
                    f"{arch}.attn_logit_softcapping": (c["attn_softcap"], VT.FLOAT32),
                    f"{arch}.final_logit_softcapping": (c["final_softcap"], VT.FLOAT32)})
@@ -75,11 +80,11 @@ def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str,
                   (p + "ffn_up.weight", (F, E), "mat"), (p + "ffn_down.weight", (E, F), "mat"),
                   (p + "post_ffw_norm.weight", (E,), "norm")]
         return kv, t      # gemma2 has no output.weight: the output is token_embd
-    c = QWEN2MOE if arch == "qwen2moe" else QWEN3MOE
-    kv = _base_kv(arch, c["n_layer"], c["n_ff"], c["head_dim"])
-    kv.update({f"{arch}.expert_count": (c["n_expert"], VT.UINT32),
-               f"{arch}.expert_used_count": (c["n_used"], VT.UINT32),
-               f"{arch}.expert_feed_forward_length": (c["n_ff_exp"], VT.UINT32)})
+    ga = GGUF_ARCH.get(arch, arch)
+    kv = _base_kv(ga, c)
+    kv.update({f"{ga}.expert_count": (c["n_expert"], VT.UINT32), f"{ga}.expert_used_count": (c["n_used"], VT.UINT32)})
+    if arch != "mixtral":      # llama's experts have width n_ff (llama.cpp reads no expert_feed_forward_length)
+        kv[f"{ga}.expert_feed_forward_length"] = (c["n_ff_exp"], VT.UINT32)
     if arch == "qwen2moe":
         kv[f"{arch}.expert_shared_feed_forward_length"] = (c["n_ff_shexp"], VT.UINT32)
     t.append(("output.weight", (n_vocab, E), "mat"))
@@ -91,7 +96,7 @@ def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str,
         if arch == "qwen2moe":
             t += [(p + "attn_q.bias", (NH * hd,), "f32"), (p + "attn_k.bias", (NKV * hd,), "f32"),
                   (p + "attn_v.bias", (NKV * hd,), "f32")]
-        else:
+        elif arch == "qwen3moe":
             t += [(p + "attn_q_norm.weight", (hd,), "norm"), (p + "attn_k_norm.weight", (hd,), "norm")]
         t += [(p + "attn_output.weight", (E, NH * hd), "mat"), (p + "ffn_norm.weight", (E,), "norm"),
               (p + "ffn_gate_inp.weight", (X, E), "f32"),
@@ -104,13 +109,16 @@ def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str,
     return kv, t
 
 
-def write(name: str, path: "str | os.PathLike") -> str:
-    """Writes model `name` (a key of SPECS) to path; the same bytes on every call (fixed seed)."""
+def write(name: str, path: "str | os.PathLike", **over) -> str:
+    """Writes model `name` (a key of SPECS) to path; the same bytes on every call (fixed seed). over: sizes
+    replacing those of the arch's table (n_embd, n_layer, n_expert, ...: bench/bench_moe.py's larger model);
+    wtype="q4_0" etc. replaces the matrices' type."""
     arch, wtype = SPECS[name]
+    wtype = over.pop("wtype", wtype)
     n_vocab = len(gguf_util.vocab_tokens())
-    kv, tensors = _tensors(arch, n_vocab)
+    kv, tensors = _tensors(arch, n_vocab, over)
     rng = np.random.default_rng(SEEDS[arch])
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), GGUF_ARCH.get(arch, arch))
     w.add_string("general.name", f"tiny-{name}")
     for key, (val, vt, *sub) in kv.items():
         if vt == VT.ARRAY:
@@ -125,9 +133,10 @@ def write(name: str, path: "str | os.PathLike") -> str:
         else:
             gain = 1.0 if tname == "token_embd.weight" else 1.5
             a = (gain / np.sqrt(shp[-1]) * rng.standard_normal(shp)).astype(np.float32)
-        if wtype == "q8_0" and role in ("mat", "exp"):
-            q = gguf.quants.quantize(a, Q.Q8_0)
-            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=Q.Q8_0)
+        if wtype != "f32" and role in ("mat", "exp"):
+            qt = Q[wtype.upper()]
+            q = gguf.quants.quantize(a, qt)
+            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
         else:
             w.add_tensor(tname, a)
     w.write_header_to_file()
