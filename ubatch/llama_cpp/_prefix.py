@@ -55,7 +55,7 @@ class DropInPrefix:
                 self._evict(h)               # the KV cache was cleared or edited behind the index's back
                 continue
             L = min(common_prefix(toks, self.tokens[h]), len(toks) - 1)
-            if L > best_L and (not self.iswa or self.kv._window_hole(h, L) < 0):
+            if L > best_L and (not self.iswa or self.kv.window_hole(h, L) < 0):
                 best, best_L = h, L
         if best is None or best_L < self.block:
             return 0
