@@ -129,6 +129,37 @@ def test_tests_live_in_rooms():
             assert any(f.startswith("test_") for f in os.listdir(os.path.join(TESTS, d))), f"tests/{d} holds no test"
 
 
+def test_test_modules_import_only_their_room_and_support():
+    """A test module imports helpers (and test modules) of its own room or of tests/support only: each room's folder
+    is on sys.path only once pytest has collected it, so a reach into another room works in a whole run and fails
+    when that room is run alone."""
+    where = {}
+    for dirpath, _, files in os.walk(TESTS):
+        for f in files:
+            if f.endswith(".py") and "data" not in os.path.relpath(dirpath, TESTS).split(os.sep):
+                where[f[:-3]] = os.path.relpath(dirpath, TESTS).split(os.sep)[0]
+    bad = []
+    for dirpath, _, files in os.walk(TESTS):
+        room = os.path.relpath(dirpath, TESTS).split(os.sep)[0]
+        if room == "data":
+            continue
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read(), path)
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module
+                         else [])
+                for n in names:
+                    home = where.get(n.split(".")[0])
+                    if home is not None and home not in (room, "support", "."):
+                        bad.append(f"  {os.path.relpath(path, TESTS)}:{node.lineno} imports {n} from tests/{home}")
+    assert not bad, "imports across test rooms (move the helper to tests/support):\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("module, room", [("ubatch", "ubatch"), ("ubatch.Batch", "ubatch"),
                                           ("ubatch._native", "_ffi"), ("ubatch.engine.context", "engine"),
                                           ("ubatch.llama_cpp.server.app", "llama_cpp.server"),
