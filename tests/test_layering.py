@@ -18,18 +18,18 @@ FLOORS = {
     "_ffi": 0,                      # the compiled CFFI module (_ffi, _native, _build_ffi)
     "common": 1,                    # errors, limits, params, validation
     "batch": 2, "compute": 2, "grammar": 2, "testing": 2,
-    "chat": 2,                      # chat formats and templates: text in, text out (no tokenizer, no engine)
+    "chat": 3,                      # chat formats, templates, tool plans: text in, text out (grammars for tools)
     "memory": 3,                    # the KV caches plan on batch's ubatches
-    "tokenizer": 3,                 # vocabularies, pre-tokenizers; renders chat templates through chat
-    "model": 4,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
-    "models": 5,                    # the catalogue: ubatch.models.load / tiny_llama
-    "engine": 6,                    # Context (the decode loop), model runner, K/V store, LLMEngine, LLM
-    "ubatch": 7,                    # the package's facade: ubatch/__init__.py
-    "llama_cpp": 8,                 # the llama-cpp-python drop-in
-    "server": 9,                    # the OpenAI-compatible server
-    "llama_cpp.server": 10, "ray": 10, "viz": 10,
-    "bench": 11,
-    "cli": 12,                      # ubatch/cli and ubatch/__main__
+    "tokenizer": 4,                 # vocabularies, pre-tokenizers; renders chat templates through chat
+    "model": 5,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
+    "models": 6,                    # the catalogue: ubatch.models.load / tiny_llama
+    "engine": 7,                    # Context (the decode loop), model runner, K/V store, LLMEngine, LLM
+    "ubatch": 8,                    # the package's facade: ubatch/__init__.py
+    "llama_cpp": 9,                 # the llama-cpp-python drop-in
+    "server": 10,                   # the OpenAI-compatible server
+    "llama_cpp.server": 11, "ray": 11, "viz": 11,
+    "bench": 12,
+    "cli": 13,                      # ubatch/cli and ubatch/__main__
 }
 
 
