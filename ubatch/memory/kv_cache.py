@@ -90,6 +90,8 @@ class KVCache:
         self.swa_type = swa_type
         self.n_swa = n_swa if swa_type != "none" else 0
         self._i32 = ffi.new("int32_t *")
+        self._vis_out = ffi.new("int32_t **")      # ub_kv_visible's outputs (block, cell count)
+        self._vis_n = ffi.new("int64_t *")
         self._plan: list = []
 
     # ------------------------------------------------------------------ lifetime / errors
@@ -422,9 +424,10 @@ class KVCache:
     def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = True) -> Placement:
         """Where the plan's ubatch i went and its rows' visible cells (call right after apply(plan, i)).
         `swa` is the two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
+        self._own(plan)
         strm, cells = self._slot(i)
-        n_kv = self.n_kv(plan, i)
-        return Placement(strm, cells, n_kv, visible=self.visible(plan, i, causal, n_kv=n_kv))
+        n_kv = lib.ub_kv_n_kv(self._h, i)
+        return Placement(strm, cells, n_kv, visible=self._visible(i, plan.ubatches[i], causal, n_kv, -1, 0))
 
     @_locked
     def visible(self, plan: MemoryPlan, i: int, causal: bool = True, *, n_kv: Optional[int] = None,
@@ -433,7 +436,6 @@ class KVCache:
         from the cells' positions and sequence sets (the KQ mask's rule: the row's primary sequence,
         causal, and this cache's sliding window, or the window swa_type / n_swa when given)."""
         self._own(plan)
-        ub = plan.ubatches[i]
         n_kv = self.n_kv(plan, i) if n_kv is None else _int("n_kv", n_kv, 1, self._size)
         if swa_type is None:
             wt, nw = -1, 0
@@ -441,12 +443,17 @@ class KVCache:
             wt, nw = SWA_TYPES[swa_type], _int("n_swa", n_swa, 0)
         else:
             raise ValueError(f"swa_type must be one of {sorted(SWA_TYPES)}, got {swa_type!r}")
-        out = ffi.new("int32_t **")
-        total = ffi.new("int64_t *")
+        return self._visible(i, plan.ubatches[i], causal, n_kv, wt, nw)
+
+    def _visible(self, i: int, ub, causal: bool, n_kv: int, wt: int, nw: int) -> VisibleCells:
+        """ub_kv_visible of plan slot i: the lists in one C-allocated block, viewed without a copy (freed
+        with the last array viewing it). The caller holds the lock and checked the plan."""
+        out, total = self._vis_out, self._vis_n
         self._check(lib.ub_kv_visible(self._handle(), i, ub._ptr, 1 if causal else 0, n_kv, wt, nw, out, total))
         n, t = int(ub.n_tokens), int(total[0])
-        blk = ffi.gc(out[0], lib.ub_kv_vis_free)                 # freed with the last array viewing it
+        blk = ffi.gc(out[0], lib.ub_kv_vis_free)
         flat = np.frombuffer(ffi.buffer(blk, 4 * (2 * n + 1 + t)), np.int32)
+        flat.flags.writeable = False
         return VisibleCells(flat[:n], flat[n:2 * n + 1], flat[2 * n + 1:])
 
     @_locked
