@@ -268,6 +268,15 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
         ubatch.Model.from_gguf(p)
 
 
+@pytest.mark.parametrize("variant, tensor", [("qwen3", "blk.0.attn_output.bias"), ("smollm3", "blk.1.attn_output.bias"),
+                                             ("olmo2", "blk.0.attn_norm.weight"), ("llama-none", "rope_freqs_2.weight")])
+def test_unused_tensors_raise_naming_them(tmp_path, variant, tensor):
+    """A tensor the architecture does not read is refused (llama.cpp: "wrong number of tensors"), never ignored."""
+    p = arch_gguf.write(tmp_path / "a.gguf", variant, extra={tensor: np.ones(arch_gguf.E, dtype=np.float32)})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' not used by architecture"):
+        ubatch.Model.from_gguf(p)
+
+
 def test_rewrite_roundtrip_loads(tmp_path):
     """The rewriting helper itself keeps a model loadable (so the refusals above are the keys')."""
     m = ubatch.Model.from_gguf(_rewrite(tmp_path, "granite"))

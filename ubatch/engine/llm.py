@@ -191,6 +191,8 @@ class LLM:
                 stop = sampling.get("stop")
                 sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
                 sampling.update(plan.sampling())          # its arguments under the tool's JSON schema
+            elif sampling.get("grammar") is None and sampling.get("json_schema") is None:
+                sampling.update(plan.calls_sampling())    # "auto" / "required": calls under the tools' schemas
         c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
         if plan.active:
             msg, c.finish_reason = plan.message(c.text, c.finish_reason)

@@ -285,6 +285,8 @@ class LLMEngine:
         cache[key] = hit
         while len(cache) > 16:
             cache.pop(next(iter(cache)))
+        if hasattr(g, "trigger_words"):         # a LazyGrammar: free until its trigger (ubatch/grammar/lazy.py)
+            return g.bind(hit)
         return hit
 
     def abort_request(self, request_id: str) -> None:

@@ -65,7 +65,7 @@ def _hp_key(model) -> tuple:
             hp.rope_freq_base, hp.rope_freq_scale, getattr(hp, "rope_freq_base_swa", None),
             hp.rope_freq_scale_swa, hp.attn_logit_softcap, id(hp.moe), id(model.weights), hp.rope_ext_factor,
             hp.rope_attn_factor, hp.n_ctx_orig_yarn, hp.residual_scale,
-            tuple(hp.uses_rope(i) for i in range(hp.n_layer)))
+            hp.no_rope_layer_step, hp.rope_pattern)
 
 
 def _build(model, n_ctx: int) -> Tuple[List[object], list]:

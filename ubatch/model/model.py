@@ -48,6 +48,11 @@ class Model:
         check_hparams(f, hp)
         src = TensorSource(f)
         w = mod.load_weights(src, hp)
+        unused = [n for n in f.tensors if n not in src.used]
+        if unused:   # llama.cpp refuses such a file too ("wrong number of tensors"): a piece ubatch would ignore
+            more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+            raise GGUFError(f"{f.path}: tensor '{unused[0]}'{more} not used by architecture {arch!r}: "
+                            f"not supported")
         return cls(f, hp, w, mod)
 
     # ---- hyperparameters ----------------------------------------------------------------------------

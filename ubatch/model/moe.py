@@ -35,6 +35,8 @@ class MoEParams:
     n_ff_exp: int
     n_ff_shexp: int = 0           # 0: no shared expert
     norm_w: bool = False          # the selected weights divided by their sum (qwen3moe)
+    shexp_gated: bool = True      # the shared expert scaled by sigmoid(x . ffn_gate_inp_shexp) (qwen2moe); False:
+                                  # added as it is (granitemoe)
     w_scale: float = 0.0          # 0 / 1: none (llama.cpp reads no scale for qwen2moe / qwen3moe)
     gating: str = "softmax"
 
@@ -67,10 +69,12 @@ def has_experts(f: GGUFFile, arch: str) -> bool:
     return v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) == 0)
 
 
-def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None) -> MoEParams:
+def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None,
+             shared_default: Optional[int] = None, shexp_gated: bool = True) -> MoEParams:
     """The MoE hyperparameters of arch hp.arch (llama.cpp: expert_count, expert_used_count,
     expert_feed_forward_length default n_ff / n_used — or ff_exp when the arch fixes it (llama / Mixtral:
-    n_ff) —, expert_shared_feed_forward_length default n_ff)."""
+    n_ff) —, expert_shared_feed_forward_length default n_ff (or shared_default: granitemoe 0, no shared
+    expert))."""
     a, md = hp.arch, f.metadata
     from ubatch.model.hparams import _int
     n_expert = _int(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), 0)   # a scalar (llama.cpp's get_key)
@@ -99,8 +103,11 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[in
     ff_sh = 0
     if shared:
         ff_sh = _uniform(f, f"{a}.expert_shared_feed_forward_length",
-                         md.get(f"{a}.expert_shared_feed_forward_length", 0), hp.n_layer) or hp.n_ff
-    return MoEParams(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=ff_exp, n_ff_shexp=ff_sh, norm_w=norm_w)
+                         md.get(f"{a}.expert_shared_feed_forward_length", 0), hp.n_layer)
+        if ff_sh == 0:
+            ff_sh = hp.n_ff if shared_default is None else shared_default
+    return MoEParams(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=ff_exp, n_ff_shexp=ff_sh, norm_w=norm_w,
+                     shexp_gated=shexp_gated)
 
 
 def _experts(src: TensorSource, name: str, n_cols: int, n_rows: int, n_expert: int) -> Weight:
@@ -123,7 +130,8 @@ def load_moe(src: TensorSource, hp, il: int) -> MoEWeights:
                    down_exps=_experts(src, p + "ffn_down_exps.weight", F, E, X))
     if mp.n_ff_shexp:
         S = mp.n_ff_shexp
-        w.gate_inp_shexp = src.matrix(p + "ffn_gate_inp_shexp.weight", E, 1)
+        if mp.shexp_gated:
+            w.gate_inp_shexp = src.matrix(p + "ffn_gate_inp_shexp.weight", E, 1)
         w.gate_shexp = src.matrix(p + "ffn_gate_shexp.weight", E, S)
         w.up_shexp = src.matrix(p + "ffn_up_shexp.weight", E, S)
         w.down_shexp = src.matrix(p + "ffn_down_shexp.weight", S, E)

@@ -26,8 +26,9 @@ def constrain(params, plan: ToolPlan):
     are sampled under the tool's JSON schema when the engine takes a json_schema (the grammar engine), else
     the opened answer steers the model."""
     import dataclasses
-    if plan.forced is None:
-        return params
+    if plan.forced is None:                 # "auto" / "required": the calls under the tools' schemas
+        extra = plan.calls_sampling() if params.grammar is None and params.json_schema is None else {}
+        return dataclasses.replace(params, **extra) if extra else params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
     if plan.constrained:
         params = dataclasses.replace(params, **plan.sampling())
