@@ -91,8 +91,13 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[in
     if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or int(groups) > 1:
         raise GGUFError(f"{f.path}: {a}.expert_group_count = {groups!r}: expert group selection is not supported")
     clamp = md.get(f"{a}.swiglu_clamp_exp")
-    if clamp is not None and np.any(np.asarray(clamp, dtype=np.float64) > 1e-6):
-        raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
+    if clamp is not None:
+        try:
+            on = bool(np.any(np.asarray(clamp, dtype=np.float64) > 1e-6))
+        except (TypeError, ValueError):
+            raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp = {clamp!r:.60} must be numbers") from None
+        if on:
+            raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
     if ff_exp is None:
         ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
                           hp.n_layer)
