@@ -1,4 +1,4 @@
-"""The dense architectures of issue 25 item 1 (llama with every rope scaling, qwen3, phi3, granite, olmo2,
+"""The dense architectures (llama with every rope scaling, qwen3, phi3, granite, olmo2,
 minicpm, smollm3) on tiny random-weight GGUFs (tests/model/arch_gguf.py) against llama.cpp's logits recorded by
 tests/model/record_arch_dense.py (tests/data/arch_dense, llama-cpp-python 0.3.36).
 

@@ -307,7 +307,11 @@ HOSTILE = [
     ("qwen2moe-q8_0", "qwen2moe.expert_feed_forward_length", [(0, U32), (64, U32), (2**31, U32)]),
     ("qwen2moe-q8_0", "qwen2moe.expert_shared_feed_forward_length", [(0, U32), (32, U32), (2**31, U32)]),
     ("qwen3moe-q8_0", "qwen3moe.expert_gating_func", [(2, U32)]),
-    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32)]),
+    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32), ("x", STR), (0.0, F32)]),
+    ("qwen3moe-q8_0", "qwen3moe.expert_group_count", [(2, U32), ("x", STR), (1, U32)]),
+    ("granitemoe-q8_0", "granitemoe.expert_shared_feed_forward_length", [(0, U32), (64, U32)]),
+    ("granitemoe-q8_0", "granitemoe.logit_scale", [(0.0, F32), (float("nan"), F32)]),
+    ("mixtral-q8_0", "llama.expert_count", [(0, U32), (3, U32), ("x", STR)]),
 ]
 
 
