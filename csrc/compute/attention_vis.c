@@ -15,7 +15,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "mm_internal.h"
-#include "attn_pool.h"
+#include "ub_pool.h"
 #include "attn_vis_kernels.h"
 #include "ub_kv_quant.h"
 
@@ -137,7 +137,7 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
         const float inv = (float)(1.0 / sum);
         /* probabilities rounded as the V product's vec_dot type (f16 / bf16 V; f32 for a quantised V, which
          * llama.cpp only runs under flash attention, accumulating in f32) */
-        if (J->v_type == UB_DT_F16 || J->v_type == UB_DT_BF16)
+        if (J->v_type == UB_T_F16 || J->v_type == UB_T_BF16)
             for (int32_t c = 0; c < nc; c++) ub_kv_round_query(J->v_type, (float[1]){s[c] * inv}, s + c, 1);
         else
             for (int32_t c = 0; c < nc; c++) s[c] = s[c] * inv;
@@ -191,10 +191,10 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.v = v;
     J.k_type = k_type;
     J.v_type = v_type;
-    J.k_f16 = k_type == UB_DT_F16;
-    J.v_f16 = v_type == UB_DT_F16;
-    J.k_deq = k_type != UB_DT_F16 && k_type != UB_DT_F32;
-    J.v_deq = v_type != UB_DT_F16 && v_type != UB_DT_F32;
+    J.k_f16 = k_type == UB_T_F16;
+    J.v_f16 = v_type == UB_T_F16;
+    J.k_deq = k_type != UB_T_F16 && k_type != UB_T_F32;
+    J.v_deq = v_type != UB_T_F16 && v_type != UB_T_F32;
     J.rs_k = ub_kv_row_size(k_type, hd_k);
     J.rs_v = ub_kv_row_size(v_type, hd_v);
     J.row_stream = row_stream;

@@ -15,15 +15,15 @@ static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13
 static int block_bytes(int32_t type, int *blk) {
     *blk = QK;
     switch (type) {
-    case UB_DT_F32: *blk = 1; return 4;
-    case UB_DT_F16: *blk = 1; return 2;
-    case UB_DT_BF16: *blk = 1; return 2;
-    case UB_DT_Q4_0: return 18;
-    case UB_DT_Q4_1: return 20;
-    case UB_DT_Q5_0: return 22;
-    case UB_DT_Q5_1: return 24;
-    case UB_DT_Q8_0: return 34;
-    case UB_DT_IQ4_NL: return 18;
+    case UB_T_F32: *blk = 1; return 4;
+    case UB_T_F16: *blk = 1; return 2;
+    case UB_T_BF16: *blk = 1; return 2;
+    case UB_T_Q4_0: return 18;
+    case UB_T_Q4_1: return 20;
+    case UB_T_Q5_0: return 22;
+    case UB_T_Q5_1: return 24;
+    case UB_T_Q8_0: return 34;
+    case UB_T_IQ4_NL: return 18;
     default: return -1;
     }
 }
@@ -135,9 +135,9 @@ static void q5_1_block(const float *x, uint8_t *y) { /* d half, m half, qh u32, 
 void ub_kv_quant_row(int32_t type, const float *x, void *yv, int32_t n) {
     uint8_t *y = yv;
     switch (type) {
-    case UB_DT_F32: memcpy(y, x, sizeof(float) * (size_t)n); return;
-    case UB_DT_F16: for (int32_t i = 0; i < n; i++) put16(y + 2 * i, ub_f2h(x[i])); return;
-    case UB_DT_BF16: for (int32_t i = 0; i < n; i++) put16(y + 2 * i, f2bf(x[i])); return;
+    case UB_T_F32: memcpy(y, x, sizeof(float) * (size_t)n); return;
+    case UB_T_F16: for (int32_t i = 0; i < n; i++) put16(y + 2 * i, ub_f2h(x[i])); return;
+    case UB_T_BF16: for (int32_t i = 0; i < n; i++) put16(y + 2 * i, f2bf(x[i])); return;
     default: break;
     }
     int blk;
@@ -146,11 +146,11 @@ void ub_kv_quant_row(int32_t type, const float *x, void *yv, int32_t n) {
         const float *xb = x + (int64_t)b * QK;
         uint8_t *yb = y + (int64_t)b * bb;
         switch (type) {
-        case UB_DT_Q8_0: q8_0_block(xb, yb); break;
-        case UB_DT_Q4_0: q4_0_block(xb, yb); break;
-        case UB_DT_Q4_1: q4_1_block(xb, yb); break;
-        case UB_DT_Q5_0: q5_0_block(xb, yb); break;
-        case UB_DT_Q5_1: q5_1_block(xb, yb); break;
+        case UB_T_Q8_0: q8_0_block(xb, yb); break;
+        case UB_T_Q4_0: q4_0_block(xb, yb); break;
+        case UB_T_Q4_1: q4_1_block(xb, yb); break;
+        case UB_T_Q5_0: q5_0_block(xb, yb); break;
+        case UB_T_Q5_1: q5_1_block(xb, yb); break;
         default: memset(yb, 0, (size_t)bb); break;
         }
     }
@@ -159,9 +159,9 @@ void ub_kv_quant_row(int32_t type, const float *x, void *yv, int32_t n) {
 void ub_kv_dequant_row(int32_t type, const void *xv, float *y, int32_t n) {
     const uint8_t *x = xv;
     switch (type) {
-    case UB_DT_F32: memcpy(y, x, sizeof(float) * (size_t)n); return;
-    case UB_DT_F16: for (int32_t i = 0; i < n; i++) y[i] = ub_h2f(get16(x + 2 * i)); return;
-    case UB_DT_BF16: for (int32_t i = 0; i < n; i++) y[i] = bf2f(get16(x + 2 * i)); return;
+    case UB_T_F32: memcpy(y, x, sizeof(float) * (size_t)n); return;
+    case UB_T_F16: for (int32_t i = 0; i < n; i++) y[i] = ub_h2f(get16(x + 2 * i)); return;
+    case UB_T_BF16: for (int32_t i = 0; i < n; i++) y[i] = bf2f(get16(x + 2 * i)); return;
     default: break;
     }
     int blk;
@@ -172,22 +172,22 @@ void ub_kv_dequant_row(int32_t type, const void *xv, float *y, int32_t n) {
         const float d = ub_h2f(get16(xb));
         uint32_t qh;
         switch (type) {
-        case UB_DT_Q8_0:
+        case UB_T_Q8_0:
             for (int j = 0; j < QK; j++) yb[j] = (float)(int8_t)xb[2 + j] * d;
             break;
-        case UB_DT_Q4_0:
+        case UB_T_Q4_0:
             for (int j = 0; j < QK / 2; j++) {
                 yb[j] = (float)((xb[2 + j] & 15) - 8) * d;
                 yb[j + 16] = (float)((xb[2 + j] >> 4) - 8) * d;
             }
             break;
-        case UB_DT_IQ4_NL:
+        case UB_T_IQ4_NL:
             for (int j = 0; j < QK / 2; j++) {
                 yb[j] = d * (float)IQ4NL[xb[2 + j] & 15];
                 yb[j + 16] = d * (float)IQ4NL[xb[2 + j] >> 4];
             }
             break;
-        case UB_DT_Q4_1: {
+        case UB_T_Q4_1: {
             const float m = ub_h2f(get16(xb + 2));
             for (int j = 0; j < QK / 2; j++) {
                 yb[j] = (float)(xb[4 + j] & 15) * d + m;
@@ -195,7 +195,7 @@ void ub_kv_dequant_row(int32_t type, const void *xv, float *y, int32_t n) {
             }
             break;
         }
-        case UB_DT_Q5_0:
+        case UB_T_Q5_0:
             memcpy(&qh, xb + 2, 4);
             for (int j = 0; j < QK / 2; j++) {
                 const int a = (xb[6 + j] & 15) | (int)(((qh >> j) & 1u) << 4);
@@ -204,7 +204,7 @@ void ub_kv_dequant_row(int32_t type, const void *xv, float *y, int32_t n) {
                 yb[j + 16] = (float)(c - 16) * d;
             }
             break;
-        case UB_DT_Q5_1: {
+        case UB_T_Q5_1: {
             const float m = ub_h2f(get16(xb + 2));
             memcpy(&qh, xb + 4, 4);
             for (int j = 0; j < QK / 2; j++) {
@@ -222,15 +222,15 @@ void ub_kv_dequant_row(int32_t type, const void *xv, float *y, int32_t n) {
 
 void ub_kv_round_query(int32_t k_type, const float *q, float *out, int32_t n) {
     switch (k_type) {
-    case UB_DT_F16: for (int32_t i = 0; i < n; i++) out[i] = ub_h2f(ub_f2h(q[i])); return;
-    case UB_DT_BF16: for (int32_t i = 0; i < n; i++) out[i] = bf2f(f2bf(q[i])); return;
-    case UB_DT_F32: memcpy(out, q, sizeof(float) * (size_t)n); return;
+    case UB_T_F16: for (int32_t i = 0; i < n; i++) out[i] = ub_h2f(ub_f2h(q[i])); return;
+    case UB_T_BF16: for (int32_t i = 0; i < n; i++) out[i] = bf2f(f2bf(q[i])); return;
+    case UB_T_F32: memcpy(out, q, sizeof(float) * (size_t)n); return;
     default: break;
     }
     uint8_t blk[34];
     for (int32_t b = 0; b + QK <= n; b += QK) { /* a q8_0 round trip, block by block */
         q8_0_block(q + b, blk);
-        ub_kv_dequant_row(UB_DT_Q8_0, blk, out + b, QK);
+        ub_kv_dequant_row(UB_T_Q8_0, blk, out + b, QK);
     }
 }
 
@@ -238,7 +238,7 @@ int ub_kv_store_rows(int32_t type, const float *src, int64_t n_rows, int32_t n, 
                      const int64_t *idx) {
     const int64_t rs = ub_kv_row_size(type, n);
     if (rs < 0 || n_rows < 0 || dst_rows < 0) return UB_E_ARG;
-    if (type == UB_DT_IQ4_NL) return UB_E_ARG; /* no quantiser yet: refused before anything is written */
+    if (type == UB_T_IQ4_NL) return UB_E_ARG; /* no quantiser yet: refused before anything is written */
     if (n_rows == 0) return UB_OK;
     if (!src || !dst) return UB_E_ARG;
     if (idx) {

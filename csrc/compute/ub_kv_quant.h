@@ -6,13 +6,9 @@
 
 #include <stdint.h>
 
-/* cdef:begin */
-/* K/V cache element types beyond UB_DT_F32 / UB_DT_F16 (values = ggml's GGML_TYPE_*). */
-enum {
-    UB_DT_Q4_0 = 2, UB_DT_Q4_1 = 3, UB_DT_Q5_0 = 6, UB_DT_Q5_1 = 7, UB_DT_Q8_0 = 8,
-    UB_DT_IQ4_NL = 20, UB_DT_BF16 = 30
-};
+#include "ub_matmul.h" /* the UB_T_* types (ggml's ids) */
 
+/* cdef:begin */
 /* Bytes of one row of n elements of `type`; -1 when the type is unknown or n <= 0 or n is not a multiple
  * of the type's block (32 for the quantised types, 1 for f32 / f16 / bf16). */
 int64_t ub_kv_row_size(int32_t type, int32_t n);

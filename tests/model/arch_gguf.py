@@ -1,4 +1,4 @@
-"""Tiny random-weight GGUF models of every dense architecture variant ubatch reads (issue 25 item 1), written
+"""Tiny random-weight GGUF models of every dense architecture variant ubatch reads (docs/models.md), written
 with the `gguf` package from fixed seeds: the files llama.cpp's logits were recorded on (tests/model/record_arch_dense.py,
 recordings in tests/data/arch_dense/) and that the agreement tests rebuild byte for byte (the recording stores each
 file's sha256).

@@ -12,15 +12,6 @@ from ubatch.chat import tools as T
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def engine_constrains(tokenizer=None) -> bool:
-    """The engine samples under a JSON schema started by text already in the prompt (SamplingParams.json_schema
-    and .grammar_prefix: the grammar engine)."""
-    import dataclasses
-    from ubatch.engine.sampling import SamplingParams
-    names = {f.name for f in dataclasses.fields(SamplingParams)}
-    return "json_schema" in names and "grammar_prefix" in names
-
-
 class ToolPlan:
     """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
     suffix that opens the answer for the model, the names a call may use."""

@@ -17,9 +17,9 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import KV_DT_CODES
 from ubatch.compute.kernels import default_threads
 
-_KV_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
 
 
 def _arr(a, name: str, dtype, ndim=None) -> np.ndarray:
@@ -160,10 +160,10 @@ def attention_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_stream: n
         if not isinstance(a, np.ndarray):
             raise ValueError(f"{name} must be a numpy array")
         if t is None or kv_quant.is_plain(t):
-            if a.dtype not in _KV_DTYPES or (t is not None and kv_quant.KV_TYPE_IDS[t] != _KV_DTYPES[a.dtype]):
+            if a.dtype not in KV_DT_CODES or (t is not None and kv_quant.KV_TYPE_IDS[t] != KV_DT_CODES[a.dtype]):
                 raise ValueError(f"{name} must be a float32 or float16 numpy array (or name its {name}_type)")
             _arr(a, name, a.dtype, 4)
-            ids.append(_KV_DTYPES[a.dtype])
+            ids.append(KV_DT_CODES[a.dtype])
             hds.append(a.shape[3])
         else:
             _arr(a, name, np.uint8, 4)

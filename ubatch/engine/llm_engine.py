@@ -1,4 +1,4 @@
-"""LLMEngine: text generation with continuous batching on one Context (INTERFACES.md § engine).
+"""LLMEngine: text generation with continuous batching on one Context (docs/engine.md).
 
 Each `step()` is one round of llama.cpp's server loop:
 1. admission: waiting requests take free sequence ids, first come first served (a request with n completions

@@ -1,4 +1,4 @@
-"""Prefix reuse for the batched paths of `Llama(..., n_seq_max=N)` (ubatch's extension; issue 23): the K/V a
+"""Prefix reuse for the batched paths of `Llama(..., n_seq_max=N)` (ubatch's extension; docs/compat.md): the K/V a
 finished choice leaves behind is kept under a holder sequence id of the unified KV cache (ids N .. 255, never in
 a batch) and a later prompt takes the longest prefix any holder has, sharing its cells (`seq_cp(holder, seq, 0,
 L)`), then decodes only the rest. The same block-hash index as the engine's prefix cache

@@ -21,10 +21,10 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.weights import TensorSource, Weight
 
-_ERR_LEN = 256
 MAX_EXPERTS = 1024        # LLAMA_MAX_EXPERTS (and MOE_MAX_EXPERTS in moe.c)
 
 
@@ -184,11 +184,11 @@ def ffn(mw: MoEWeights, hp, h: np.ndarray, n_threads: Optional[int] = None, *,
     out = np.empty_like(h)
     sel = np.empty((n, k), np.int32)
     wts = np.empty((n, k), np.float32)
-    err = ffi.new("char[]", _ERR_LEN)
+    err = ffi.new("char[]", ERR_LEN)
     nt = default_threads() if n_threads is None else int(n_threads)
     if n:
         rc = lib.ub_moe_ffn(cache[1], ffi.from_buffer("float[]", h), n, ffi.from_buffer("float[]", out),
-                            ffi.from_buffer("int32_t[]", sel), ffi.from_buffer("float[]", wts), nt, err, _ERR_LEN)
+                            ffi.from_buffer("int32_t[]", sel), ffi.from_buffer("float[]", wts), nt, err, ERR_LEN)
         if rc == lib.UB_E_NOMEM:
             raise MemoryError("moe ffn: out of memory")
         if rc != lib.UB_OK:
