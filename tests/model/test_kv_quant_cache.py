@@ -2,18 +2,13 @@
 K etc.): batch-invariant bitwise (batch composition, n_ubatch, kv_unified, thread count, chunked prompt),
 K-shift and rollback over quantised rows, llama.cpp's refusals (a quantised V without flash attention, a head
 dim its block does not divide), close to f32 on a tiny gemma2 with head_dim 32 (SWA + soft-cap)."""
-import os
-import sys
-
 import numpy as np
 import pytest
 
 import ubatch
 from invariance_driver import others_for, run_target
 from ubatch import Batch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model"))
-import tiny_arch  # noqa: E402
+import tiny_arch
 
 TARGET = [1, 17, 33, 50, 8, 99, 120, 3, 64, 77, 5, 200, 18, 42, 11, 90, 150, 7, 23]
 
