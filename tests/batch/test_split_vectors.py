@@ -20,7 +20,7 @@ from split_helpers import (DATA, IMPLS, VECTOR_FILES, allocator_factory, build_b
                            diff_ubatches, expected_record, init_error_text, log_messages, split_all, split_call,
                            ubatch_record)
 
-# sha256 of the uncompressed files, from /work/shared/vectors/index.json (see tests/data/README.md)
+# sha256 of the uncompressed files, as the recordings' index gives them (provenance: tests/data/README.md)
 SHA256 = {
     "split_hand.jsonl.gz": "7d9cd76944275d0517a3329602af692df59689f7fd69529aab8637d7fbfdd3bf",
     "split_invalid.jsonl.gz": "78fd5b696f13c37cc3e256caddb780363dd87483eb0006d81d246cdc678769ec",
@@ -116,7 +116,7 @@ def replay_run(cls, case: dict, ri: int, run: dict, fast_mem: bool) -> List[str]
 
     errs: List[str] = []
     if mem is not None and fast_mem and type(a).__name__ != "ReferenceAllocator" and mem.fast_calls == 0:
-        errs.append(f"{where}: the memory's _seq_pos_bounds fast path was not used")
+        errs.append(f"{where}: the memory's seq_pos_bounds fast path was not used")
     # the normalised batch (positions incl. automatic ones, output flags after output_all), when exposed
     nb = run["batch"]
     if hasattr(a, "pos") and hasattr(a, "output"):

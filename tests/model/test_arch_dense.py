@@ -1,4 +1,4 @@
-"""The dense architectures of issue 25 item 1 (llama with every rope scaling, qwen3, phi3, granite, olmo2,
+"""The dense architectures (llama with every rope scaling, qwen3, phi3, granite, olmo2,
 minicpm, smollm3) on tiny random-weight GGUFs (tests/model/arch_gguf.py) against llama.cpp's logits recorded by
 tests/model/record_arch_dense.py (tests/data/arch_dense, llama-cpp-python 0.3.36).
 
@@ -268,6 +268,15 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
         ubatch.Model.from_gguf(p)
 
 
+@pytest.mark.parametrize("variant, tensor", [("qwen3", "blk.0.attn_output.bias"), ("smollm3", "blk.1.attn_output.bias"),
+                                             ("olmo2", "blk.0.attn_norm.weight"), ("llama-none", "rope_freqs_2.weight")])
+def test_unused_tensors_raise_naming_them(tmp_path, variant, tensor):
+    """A tensor the architecture does not read is refused (llama.cpp: "wrong number of tensors"), never ignored."""
+    p = arch_gguf.write(tmp_path / "a.gguf", variant, extra={tensor: np.ones(arch_gguf.E, dtype=np.float32)})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' not used by architecture"):
+        ubatch.Model.from_gguf(p)
+
+
 def test_rewrite_roundtrip_loads(tmp_path):
     """The rewriting helper itself keeps a model loadable (so the refusals above are the keys')."""
     m = ubatch.Model.from_gguf(_rewrite(tmp_path, "granite"))
@@ -408,7 +417,7 @@ def test_fused_layer_options_refuse_bad_combinations(tmp_path_factory):
     keepalive = [ffi.from_buffer("uint8_t[]", k), ffi.from_buffer("uint8_t[]", v), ffi.from_buffer("int64_t[]", dst),
                  ffi.from_buffer("int32_t[]", rs), ffi.from_buffer("int32_t[]", off), ffi.from_buffer("int32_t[]", cells)]
     kv.k, kv.v, kv.dst, kv.row_stream, kv.off, kv.cells = keepalive
-    kv.k_type = kv.v_type = lib.UB_DT_F32
+    kv.k_type = kv.v_type = lib.UB_T_F32
     kv.n_stream, kv.kv_size = 1, 4
     for change, msg in ((lambda b: setattr(b, "k_norm", ffi.NULL), "q_norm and k_norm go together"),
                         (lambda b: setattr(b, "qk_norm_full", 2), "qk_norm_full must be 0 or 1"),

@@ -41,7 +41,8 @@ from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
 from ubatch.common.params import KV_TYPES, POOLING
 from ubatch.common.validate import check_int
 from ubatch.memory.iswa import KVCacheISWA, swa_cache_size
-from ubatch.memory.kv_cache import SWA_TYPES, KVCache, _locked, plan_slots
+from ubatch.common.locking import locked as _locked
+from ubatch.memory.kv_cache import SWA_TYPES, KVCache, plan_slots
 
 
 def _pad(n: int, k: int) -> int:
@@ -94,7 +95,7 @@ _KV_ELEM = {"f32": 4, "f16": 2}
 
 
 class Context:
-    """The decode loop. See the module docstring and api.md."""
+    """The decode loop. See the module docstring and docs/api.md."""
 
     def __init__(self, model=None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_seq_max: int = 1, kv_unified: bool = False, embeddings: bool = False, pooling: str = "none",
@@ -182,13 +183,13 @@ class Context:
                                                                   swa_type=swa_type, swa_layers=self.swa_layers)
         else:
             self._kv = KVCache(n_stream, n_ctx_seq)
-        self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the memory
+        self._lock = self._kv.lock       # one lock for the decode loop, its outputs and the memory
         self._runner = None
         self._runner_swa = False          # the runner keeps the sliding layers' K/V in their own cache
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
         if model is not None:
-            from ubatch.engine.model_runner import ModelRunner   # issue 4; only needed with a model
+            from ubatch.engine.model_runner import ModelRunner   # only needed with a model
 
             extra = {}
             if n_swa > 0 and _accepts(ModelRunner.__init__, "kv_size_swa"):
@@ -308,7 +309,7 @@ class Context:
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0")
-        if self._kv._h is None:
+        if self._kv.closed:
             raise UbatchError("the context is closed")
         alloc = self._allocator(batch)
         alloc.init(batch, n_seq_max=self.n_seq_max, n_vocab=self._n_vocab, output_all=self.embeddings,
@@ -342,8 +343,9 @@ class Context:
                 mem.apply(plan, i)
                 if runner is not None:
                     place = mem.placement(plan, i, self.causal_attn, swa=self._runner_swa)
-                    undo.append(runner.save_cells(place))
-                    results.append(runner.compute(ub, place))
+                    saved = runner.save_cells(place)      # the one copy of the cells it writes
+                    undo.append(saved)
+                    results.append(runner.compute(ub, place, saved))
         except BaseException:
             mem.rollback(plan)
             for saved in reversed(undo):

@@ -1,4 +1,4 @@
-"""LLMEngine: text generation with continuous batching on one Context (INTERFACES.md § engine).
+"""LLMEngine: text generation with continuous batching on one Context (docs/engine.md).
 
 Each `step()` is one round of llama.cpp's server loop:
 1. admission: waiting requests take free sequence ids, first come first served (a request with n completions
@@ -285,6 +285,8 @@ class LLMEngine:
         cache[key] = hit
         while len(cache) > 16:
             cache.pop(next(iter(cache)))
+        if hasattr(g, "trigger_words"):         # a LazyGrammar: free until its trigger (ubatch/grammar/lazy.py)
+            return g.bind(hit)
         return hit
 
     def abort_request(self, request_id: str) -> None:

@@ -103,7 +103,7 @@ def fim_tokens(llm, prompt, suffix: str) -> List[int]:
     return bos_tokens + middle + [mid] + eos_tokens
 
 
-class TextState:
+class CompletionText:
     """The completion text as tokens arrive: EOG and stop strings end it; an incomplete UTF-8 tail waits."""
 
     def __init__(self, llm, prep: Prepared, max_tokens: int) -> None:
@@ -158,7 +158,7 @@ def final(prep: Prepared, choices: List[Dict[str, Any]], n_completion: int) -> D
                       "total_tokens": len(prep.tokens) + n_completion}}
 
 
-def logprobs_block(llm, prep: Prepared, st: TextState, echo: bool, scores: np.ndarray,
+def logprobs_block(llm, prep: Prepared, st: CompletionText, echo: bool, scores: np.ndarray,
                    rows: Optional[np.ndarray] = None) -> Dict[str, Any]:
     """llama-cpp-python's non-stream logprobs: one entry per (prompt when echo +) completion token. rows (the
     batched path, echo off): the logits each completion token was sampled from, instead of the context's scores."""
@@ -210,6 +210,10 @@ class CompletionRun:
 
     def _cache_lookup(self) -> None:
         llm, prep = self.llm, self.prep
+        from ubatch.llama_cpp._cache_holders import holders_for
+        hold = holders_for(llm)
+        if hold is not None and self._held_lookup(hold):
+            return
         try:
             item = llm.cache[prep.tokens]
         except KeyError:
@@ -218,12 +222,44 @@ class CompletionRun:
                 llm.longest_token_prefix(llm._input_ids.tolist(), prep.tokens):
             llm.load_state(item)
 
+    def _held_lookup(self, hold) -> bool:
+        """The cache's entry for the prompt served from a holder's cells (_cache_holders.py): the cache sees the
+        same lookup (its LRU order moves as load_state's path moves it) and seq 0 gets the entry's K/V by seq_cp.
+        False when no holder has that entry (the caller restores it as before)."""
+        llm, prep, cache = self.llm, self.prep, self.llm.cache
+        key = cache._find_longest_prefix_key(tuple(prep.tokens))
+        if key is None:
+            return True                                   # nothing shares a token: nothing to restore
+        found = hold.find(key, cache)
+        if found is None:
+            return False
+        h, toks, seed = found
+        # the scores rows a logits_all Llama reads back (prompt logprobs) come from the saved state itself
+        item = cache[prep.tokens] if llm._logits_all or not hasattr(cache, "touch") else cache.touch(key)
+        if llm.longest_token_prefix(toks, prep.tokens) <= llm.longest_token_prefix(llm._input_ids, prep.tokens):
+            return True
+        try:
+            hold.restore(h, len(toks))
+        except ValueError:
+            return False
+        with llm._lock:
+            n = len(toks)
+            llm.input_ids[:n] = toks
+            if llm._logits_all:                            # as load_state restores them
+                llm.scores[:n, :] = item.scores
+                rest = llm.scores[n:, :]
+                rest[rest > 0] = 0.0
+            llm.n_tokens = n
+            llm._requires_eval = True
+            llm._seed = seed
+        return True
+
     def iterate(self, stream: bool) -> Iterator[Dict[str, Any]]:
         llm, prep = self.llm, self.prep
         if llm.cache:
             self._cache_lookup()
         llm.set_seed(prep.seed)
-        st = TextState(llm, prep, prep.max_tokens)
+        st = CompletionText(llm, prep, prep.max_tokens)
         returned = 0
         done = False
         for token in llm.generate(prep.tokens, **self.sampling):
@@ -237,7 +273,13 @@ class CompletionRun:
             st.text = llm.detokenize(st.tokens, prev_tokens=prep.tokens)
             st.finish = "stop"          # ended by a stopping criterion
         if llm.cache:
-            llm.cache[prep.tokens + st.tokens] = llm.save_state()
+            key = prep.tokens + st.tokens
+            llm.cache[key] = llm.save_state()
+            from ubatch.llama_cpp._cache_holders import holders_for
+            hold = holders_for(llm)
+            if hold is not None:
+                hold.store(tuple(key), llm._input_ids.copy(), llm._seed, llm.cache._entry_tag(tuple(key)))
+                hold.prune(llm.cache._has_key)
         if stream and prep.logprobs is not None:     # the rest token by token, the last one cut at a stop string
             shown = len(llm.detokenize(st.tokens[:returned], prev_tokens=prep.tokens)) if returned else 0
             out, returned = self._stream_logprobs(st, returned, st.tokens[returned:], len(st.text) - shown, cut=True)
@@ -260,7 +302,7 @@ class CompletionRun:
             lp = logprobs_block(llm, prep, st, self.echo, llm._scores)
         yield final(prep, [{"text": text, "index": 0, "logprobs": lp, "finish_reason": st.finish}], len(st.tokens))
 
-    def _stream_ready(self, st: TextState, returned: int):
+    def _stream_ready(self, st: CompletionText, returned: int):
         """The chunks that can go out now: whole UTF-8 characters, not a possible start of a stop string."""
         llm, prep = self.llm, self.prep
         rem = st.tokens[returned:]
@@ -293,7 +335,7 @@ class CompletionRun:
             out.append(chunk(prep, ts, None))
         return out, returned
 
-    def _stream_logprobs(self, st: TextState, returned: int, rem: List[int], limit: int, cut: bool = False):
+    def _stream_logprobs(self, st: CompletionText, returned: int, rem: List[int], limit: int, cut: bool = False):
         """Chunks of one token each with its logprobs entry, while the text stays within limit bytes (cut: the
         token crossing the limit goes out with its text cut there, and ends the stream)."""
         llm, prep = self.llm, self.prep

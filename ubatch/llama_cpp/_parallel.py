@@ -1,7 +1,7 @@
 """Batched completions for `Llama` (beyond llama-cpp-python): a list of prompts, n > 1, and concurrent calls
 from several threads on a `Llama(..., n_seq_max=N)` are decoded together by one worker thread with continuous
 batching over the context's N sequences (unified KV cache). Each choice has its own llama.cpp sampler chain
-(Llama._init_sampler, seed = the request's seed + choice index) and llama-cpp-python's stop rules (TextState),
+(Llama._init_sampler, seed = the request's seed + choice index) and llama-cpp-python's stop rules (CompletionText),
 so a request's tokens are those it gets alone: ubatch's logits do not depend on what else is in the batch.
 n > 1 decodes the prompt once and forks it (llama_memory_seq_cp) into the other choices' sequences."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from typing import Any, Dict, List
 
 from ubatch.llama_cpp import llama_cpp as L
-from ubatch.llama_cpp._completion import Prepared, TextState, final
+from ubatch.llama_cpp._completion import CompletionText, Prepared, final
 
 _SAMPLING_KEYS = ("top_k", "top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "frequency_penalty",
                   "presence_penalty", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta")
@@ -22,7 +22,7 @@ class _Choice:
     def __init__(self, group: "_Group", k: int) -> None:
         self.group, self.k = group, k
         self.seq = -1
-        self.state = TextState(group.llm, group.prep, group.prep.max_tokens)
+        self.state = CompletionText(group.llm, group.prep, group.prep.max_tokens)
         s = group.sampling
         self.sampler = group.llm._init_sampler(
             top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"], typical_p=s["typical_p"], temp=s["temperature"],

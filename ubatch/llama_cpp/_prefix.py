@@ -1,4 +1,4 @@
-"""Prefix reuse for the batched paths of `Llama(..., n_seq_max=N)` (ubatch's extension; issue 23): the K/V a
+"""Prefix reuse for the batched paths of `Llama(..., n_seq_max=N)` (ubatch's extension; docs/compat.md): the K/V a
 finished choice leaves behind is kept under a holder sequence id of the unified KV cache (ids N .. 255, never in
 a batch) and a later prompt takes the longest prefix any holder has, sharing its cells (`seq_cp(holder, seq, 0,
 L)`), then decodes only the rest. The same block-hash index as the engine's prefix cache
@@ -55,7 +55,7 @@ class DropInPrefix:
                 self._evict(h)               # the KV cache was cleared or edited behind the index's back
                 continue
             L = min(common_prefix(toks, self.tokens[h]), len(toks) - 1)
-            if L > best_L and (not self.iswa or self.kv._window_hole(h, L) < 0):
+            if L > best_L and (not self.iswa or self.kv.window_hole(h, L) < 0):
                 best, best_L = h, L
         if best is None or best_L < self.block:
             return 0

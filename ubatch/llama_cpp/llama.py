@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ubatch.chat.response import StoppingCriteriaList  # noqa: F401  (llama_cpp.llama's name)
 from ubatch.llama_cpp import _internals as internals
 from ubatch.llama_cpp import _state
 from ubatch.llama_cpp import llama_cpp
@@ -42,11 +43,6 @@ class LogitsProcessorList(list):
         for p in self:
             scores = p(input_ids, scores)
         return scores
-
-
-class StoppingCriteriaList(list):
-    def __call__(self, input_ids, logits) -> bool:
-        return any(c(input_ids, logits) for c in self)
 
 
 class MinTokensLogitsProcessor:
@@ -213,6 +209,7 @@ class Llama:
         self._requires_eval = True
         self._lock = threading.RLock()
         self._parallel = None
+        self._holders = None                  # set_cache users' prefix reuse (_cache_holders.py)
 
         try:
             self.metadata = self._model.metadata()
@@ -307,6 +304,9 @@ class Llama:
         return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
     def set_cache(self, cache) -> None:
+        if self._holders is not None:         # the holders kept the entries of the cache being replaced
+            self._holders.forget()
+            self._holders = None
         self.cache = cache
 
     def set_seed(self, seed: int) -> None:
@@ -334,7 +334,7 @@ class Llama:
     def _decode_chunk(self, n: int) -> None:
         """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
         (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
-        pre = self._parallel.prefix if self._parallel is not None else None
+        pre = self._parallel.prefix if self._parallel is not None else self._holders
         while True:
             rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
             if rc == 1 and pre is not None and pre.evict_for(n):
@@ -652,6 +652,13 @@ class Llama:
             self._seed = state.seed
             if self._parallel is not None and self._parallel.prefix is not None:
                 self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
+            if self._holders is not None:
+                self._holders.forget()           # so were the cache's holders
+            elif not self._batched and self.cache is not None:
+                from ubatch.llama_cpp._cache_holders import holder_ids
+                kv = self._context_obj().kv      # a state saved beside holders carries their cells: not ours
+                for h in holder_ids(kv):
+                    kv.seq_rm(h)
 
     def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY
