@@ -1,5 +1,5 @@
-"""The engine layer: the decode loop (Context), token-level continuous batching (request / scheduler / batcher,
-re-exported by serve.py) and text generation (LLMEngine, LLM, sampling)."""
+"""The engine layer: the decode loop (Context) and text generation with continuous batching (LLMEngine: its
+scheduler.py, sequence.py, sampling.py, detok.py, embeddings.py; LLM on top)."""
 from ubatch.engine.context import Context
 from ubatch.engine.llm_engine import (CompletionOutput, LLMEngine, PromptTooLongError, RequestOutput,
                                       SamplingParams)

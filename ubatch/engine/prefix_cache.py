@@ -40,8 +40,7 @@ import numpy as np
 
 from ubatch.common.errors import UbatchError
 from ubatch.engine.prefix_index import BlockIndex, common_prefix
-
-PROMPT, GEN = "prompt", "generating"     # the engine's states (llm_engine.py)
+from ubatch.engine.sequence import GEN, PROMPT
 
 
 class _Src:

@@ -235,7 +235,7 @@ class EngineSpeculator:
         """Accepts the samples toks (int32[k + 1], rows in order) of s's drafted rows while each equals the
         next draft token, each emitted through the engine's _on_token; the rejected rows leave the KV cache.
         Returns the number of tokens emitted."""
-        from ubatch.engine.llm_engine import DONE
+        from ubatch.engine.sequence import DONE
         eng = self.eng
         sp = s.spec
         d = sp.draft
