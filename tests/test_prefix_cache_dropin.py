@@ -90,8 +90,8 @@ def test_load_state_resets_the_cached_prefixes():
     st = llm.save_state()
     llm.create_completion(p, max_tokens=4, temperature=0.0)
     pre = llm._parallel.prefix
-    assert pre.tokens
+    assert pre.stats()["prefix_cache_entries"]
     llm.load_state(st)
-    assert not pre.tokens and len(pre.free) == 256 - 2
+    assert pre.stats()["prefix_cache_entries"] == 0 and len(pre.holders) == 256 - 2
     assert ([c["text"] for c in llm.create_completion(p, max_tokens=4, temperature=0.0)["choices"]]
             == [c["text"] for c in ref.create_completion(p, max_tokens=4, temperature=0.0)["choices"]])

@@ -24,7 +24,7 @@ import itertools
 import os
 import random
 import time
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from ubatch.engine.inputs import PromptTooLongError, grammar_of, prompt_tokens, 
 from ubatch.engine.prefix_cache import PrefixCache
 from ubatch.engine.sampling import SampleBatch, SamplingParams, sample
 from ubatch.engine.scheduler import Scheduler
-from ubatch.engine.sequence import DONE, FORK, GEN, PROMPT, CompletionOutput, Request, RequestOutput, Seq
+from ubatch.engine.sequence import DONE, FORK, GEN, PROMPT, CompletionOutput, Driver, Request, RequestOutput, Seq
 
 
 class LLMEngine:
@@ -50,10 +50,36 @@ class LLMEngine:
                  prefix_cache_max_cells: Optional[int] = None, draft=None, draft_max: int = 16) -> None:
         if model is None:
             raise ValueError("LLMEngine needs a model (ubatch.models.load(name) or a ubatch.Model)")
+        ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
+                      kv_unified=kv_unified, type_k=type_k, type_v=type_v, n_threads=n_threads)
+        self._setup(ctx, True, None, tokenizer=tokenizer, timeline=timeline, n_threads=n_threads,
+                    enable_prefix_caching=enable_prefix_caching, prefix_cache_max_cells=prefix_cache_max_cells,
+                    draft=draft, draft_max=draft_max)
+
+    @classmethod
+    def on_context(cls, ctx: Context, *, decode=None, tokenizer=None, timeline: bool = False,
+                   enable_prefix_caching: bool = True, prefix_cache_max_cells: Optional[int] = None,
+                   n_threads: Optional[int] = None) -> "LLMEngine":
+        """An engine on an existing generation Context (not closed by close()): its sizes, KV layout and
+        sequence ids are the context's. decode(batch): the call that decodes on it (default ctx.decode; a
+        caller that keeps state of its own about the context, as ubatch.llama_cpp does, wraps it)."""
+        if ctx.model is None or ctx.embeddings:
+            raise ValueError("LLMEngine.on_context needs a Context with a model and embeddings=False")
+        eng = cls.__new__(cls)
+        eng._setup(ctx, False, decode, tokenizer=tokenizer, timeline=timeline, n_threads=n_threads,
+                   enable_prefix_caching=enable_prefix_caching, prefix_cache_max_cells=prefix_cache_max_cells)
+        return eng
+
+    def _setup(self, ctx: Context, owned: bool, decode, *, tokenizer, timeline: bool, n_threads: Optional[int],
+               enable_prefix_caching: bool, prefix_cache_max_cells: Optional[int], draft=None,
+               draft_max: int = 16) -> None:
+        model = ctx.model
         self.model = model
-        self.ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
-                           kv_unified=kv_unified, type_k=type_k, type_v=type_v, n_threads=n_threads)
-        self.tokenizer = resolve_tokenizer(model, tokenizer)
+        self.ctx = ctx
+        self._owns_ctx = owned
+        self._decode_batch = decode
+        self._tokenizer_arg = tokenizer
+        self._tokenizer_set = False
         self.n_vocab = int(model.n_vocab)
         self.n_threads = n_threads or os.cpu_count() or 1
         self._kv = self.ctx.memory
@@ -76,15 +102,32 @@ class LLMEngine:
             self._spec = EngineSpeculator(self, draft, draft_max)
         self.scheduler.prefix, self.scheduler.spec = self._prefix, self._spec
 
+    @property
+    def tokenizer(self):
+        """The tokenizer (the one given, else the model's, resolved on first use; None: token ids only)."""
+        if not self._tokenizer_set:
+            self._tokenizer = resolve_tokenizer(self.model, self._tokenizer_arg)
+            self._tokenizer_set = True
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tok) -> None:
+        self._tokenizer, self._tokenizer_set = tok, True
+
     # ------------------------------------------------------------------ requests
     def _prompt_tokens(self, prompt) -> np.ndarray:
         return prompt_tokens(prompt, self.tokenizer, self.n_vocab)
 
     def add_request(self, prompt: Union[str, Sequence[int]], params: Optional[SamplingParams] = None,
-                    request_id: Optional[str] = None) -> str:
+                    request_id: Optional[str] = None, *, driver: Optional[Driver] = None) -> str:
         """Queues a request; validates it now (ValueError naming the field; PromptTooLongError for a prompt
-        longer than a sequence's context); nothing is decoded until step()."""
+        longer than a sequence's context); nothing is decoded until step(). driver (sequence.Driver): samples
+        and stops the request's completions instead of the engine (params then gives only n and the seed)."""
         params = (params or SamplingParams()).validated(self.n_vocab)
+        if driver is not None:
+            if params.grammar is not None or params.json_schema is not None:
+                raise ValueError("a request with a driver is sampled by it: grammar / json_schema are the driver's")
+            params.speculative = False
         if params.n > self.ctx.n_seq_max:
             raise ValueError(f"n = {params.n} completions need {params.n} sequences, n_seq_max is "
                              f"{self.ctx.n_seq_max}")
@@ -102,7 +145,7 @@ class LLMEngine:
         if grammar is not None:
             grammar = start_grammar(params, grammar)
         times = RequestTimes(added=time.perf_counter())
-        req = Request(rid, toks, params, times, grammar)
+        req = Request(rid, toks, params, times, grammar, driver)
         base = params.seed if params.seed is not None else self._seed_rng.getrandbits(64)
         req.seqs = [Seq(req, j, (base + j) % 2**64) for j in range(params.n)]
         self._reqs[rid] = req
@@ -119,6 +162,8 @@ class LLMEngine:
         req.aborted = True
         self.scheduler.drop(req)
         for s in req.seqs:
+            if req.driver is not None and s.state != DONE:
+                req.driver.on_finish(s.index, "abort")
             s.state = DONE
             s.finish_reason = s.finish_reason or "abort"
 
@@ -138,6 +183,11 @@ class LLMEngine:
                 "generated_tokens": st.generated_tokens, "decode_calls": st.decode_calls, "retries": st.retries,
                 "preemptions": st.preemptions, **self.prefix_stats(),
                 **(self._spec.stats() if self._spec is not None else {})}
+
+    @property
+    def prefix_cache(self) -> Optional[PrefixCache]:
+        """The automatic prefix cache (None when enable_prefix_caching=False)."""
+        return self._prefix
 
     def prefix_stats(self) -> dict:
         """The prefix cache's counters (prefix_cache_*: queries, hits, tokens queried / saved, hit rate = saved /
@@ -221,7 +271,10 @@ class LLMEngine:
         st.decode_calls += 1
         t = time.perf_counter()
         try:
-            self.ctx.decode(batch)
+            if self._decode_batch is None:
+                self.ctx.decode(batch)
+            else:
+                self._decode_batch(batch)
         except UbatchError:
             st.decode_s += time.perf_counter() - t
             st.failed_calls += 1
@@ -250,6 +303,7 @@ class LLMEngine:
         sb = SampleBatch()
         seqs: List[Seq] = []
         spec_at: Dict[int, int] = {}            # entry index of a drafted sequence's first row -> its row count
+        custom: List[Tuple[Seq, int]] = []       # (sequence, output row) of requests with a driver
         owner_of = own[rows].tolist()
         j = 0
         while j < len(owner_of):
@@ -266,10 +320,17 @@ class LLMEngine:
                 group += forks
             for g in group:
                 g.state = GEN
+                if g.req.driver is not None:      # sampled by its driver (below), not by the C sampler
+                    custom.append((g, j))
+                    continue
                 p = g.req.params
                 sb.add(j, p, g.seed, len(g.generated), g.history(p.repeat_last_n) if p.penalised else None)
                 seqs.append(g)
             j += 1
+        if custom:
+            self._drive(custom, logits, touched)
+        if not seqs:
+            return
         n_lp = max((g.req.params.logprobs for g in seqs if g.req.params.logprobs is not None), default=-1)
         t = time.perf_counter()
         logits = self._constrain(logits, sb, seqs)
@@ -304,6 +365,21 @@ class LLMEngine:
             touched[g.req.rid] = g.req
             i += 1
 
+    def _drive(self, custom: List[Tuple[Seq, int]], logits: np.ndarray, touched: Dict[str, Request]) -> None:
+        """The rows of requests with a driver: each completion's token from driver.sample, then on_token."""
+        for g, j in custom:
+            t = time.perf_counter()
+            row = logits[j]
+            token = int(g.req.driver.sample(g.index, row))
+            now = time.perf_counter()
+            self.statistics.sample_s += now - t
+            if not g.req.times.first_token:
+                g.req.times.first_token = now
+                g.req.times.ub_first = self.statistics.n_ubatches
+            self.statistics.generated_tokens += 1
+            self._on_token(g, token, None, row)
+            touched[g.req.rid] = g.req
+
     def _add_drafted(self, sb: SampleBatch, seqs: List[Seq], spec_at: Dict[int, int], s: Seq, j: int) -> int:
         """Sampling entries for the k + 1 rows (from output row j) of s's drafted decode: row r is sampled at
         counter len(generated) + r with the penalty window plain decoding would have after d1..dr."""
@@ -337,8 +413,18 @@ class LLMEngine:
             sb.row[i] = n + k
         return ext
 
-    def _on_token(self, s: Seq, token: int, info: Optional[dict]) -> None:
+    def _on_token(self, s: Seq, token: int, info: Optional[dict], row: Optional[np.ndarray] = None) -> None:
         p = s.req.params
+        if s.req.driver is not None:             # the driver owns the text and the stop rules
+            reason = s.req.driver.on_token(s.index, token, row)
+            if reason is not None:
+                self._finish(s, str(reason))
+                return
+            s.generated.append(token)
+            s.d_tok.append(token)
+            if s.n_past >= self.ctx.n_ctx_seq:
+                self._finish(s, "length")
+            return
         tok = self.tokenizer
         if tok is not None and not p.ignore_eos and tok.is_eog(token):
             self._finish(s, "stop")
@@ -367,6 +453,8 @@ class LLMEngine:
     def _finish(self, s: Seq, reason: str) -> None:
         s.d_text += s.text.finish()
         s.finish_reason = reason
+        if s.req.driver is not None:
+            s.req.driver.on_finish(s.index, reason)
         if s.seq_id >= 0:
             self.scheduler.release(s)
         s.state = DONE
@@ -385,8 +473,9 @@ class LLMEngine:
         return self._embedder.embed(inputs, pooling=pooling, normalize=normalize)
 
     def close(self) -> None:
-        """Frees the contexts' C state now."""
-        self.ctx.close()
+        """Frees the contexts' C state now (a context given to on_context stays open)."""
+        if self._owns_ctx:
+            self.ctx.close()
         self._embedder.close()
 
 

@@ -3,7 +3,7 @@ sequence each while running) and what a step reports back (RequestOutput / Compl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Protocol
 
 import numpy as np
 
@@ -39,6 +39,24 @@ class RequestOutput:
     finished: bool
     outputs: List[CompletionOutput]
     prompt_token_ids: List[int] = field(default_factory=list)
+
+
+class Driver(Protocol):
+    """Takes over sampling and stopping for the completions of one request (LLMEngine.add_request(driver=)): the
+    engine still admits, batches, decodes, forks n > 1, preempts and caches prefixes, and ends a completion at its
+    context ("length"); the driver picks each token and says when a completion ends. logits: float32[n_vocab], the
+    row the token is sampled from (valid only during the call). Used by ubatch.llama_cpp's batched paths
+    (llama.cpp sampler chains, logits processors, stopping criteria, llama-cpp-python's stop rules)."""
+
+    def sample(self, index: int, logits: np.ndarray) -> int:
+        """The next token of completion `index`."""
+
+    def on_token(self, index: int, token: int, logits: np.ndarray) -> Optional[str]:
+        """After sample: None to go on (the token is decoded next), or the finish reason (the completion ends;
+        the token is not decoded)."""
+
+    def on_finish(self, index: int, reason: str) -> None:
+        """Completion `index` ended (the reason on_token gave, or the engine's: "length", "abort")."""
 
 
 class Seq:
@@ -87,11 +105,12 @@ class Seq:
 class Request:
     """A queued or running request: its prompt (int32 token ids), parameters, completions and timings."""
 
-    __slots__ = ("rid", "prompt", "params", "seqs", "times", "aborted", "grammar")
+    __slots__ = ("rid", "prompt", "params", "seqs", "times", "aborted", "grammar", "driver")
 
     def __init__(self, rid: str, prompt: np.ndarray, params: SamplingParams, times: RequestTimes,
-                 grammar=None) -> None:
+                 grammar=None, driver=None) -> None:
         self.grammar = grammar
+        self.driver = driver
         self.rid = rid
         self.prompt = prompt
         self.params = params
@@ -117,4 +136,4 @@ class Request:
                              outputs=outs, prompt_token_ids=self.prompt.tolist())
 
 
-__all__ = ["CompletionOutput", "DONE", "FORK", "GEN", "PROMPT", "Request", "RequestOutput", "Seq", "WAITING"]
+__all__ = ["CompletionOutput", "DONE", "Driver", "FORK", "GEN", "PROMPT", "Request", "RequestOutput", "Seq", "WAITING"]

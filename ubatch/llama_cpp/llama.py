@@ -337,7 +337,7 @@ class Llama:
         pre = self._parallel.prefix if self._parallel is not None else None
         while True:
             rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
-            if rc == 1 and pre is not None and pre.evict_for(n):
+            if rc == 1 and pre is not None and pre.evict_for_full(n):
                 continue
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
