@@ -102,7 +102,7 @@ class _Call:
         return all(c.done for g in self.groups for c in g.choices)
 
 
-class ParallelRunner:
+class EngineThread:
     """The worker thread of one Llama's batched paths and the LLMEngine it drives on the Llama's context."""
 
     def __init__(self, llm) -> None:
@@ -283,7 +283,7 @@ def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any], stream
     groups = [_Group(llm, prep, n, sampling, bool(args.get("echo")), args.get("stopping_criteria")) for prep in preps]
     with llm._lock:
         if llm._parallel is None:
-            llm._parallel = ParallelRunner(llm)
+            llm._parallel = EngineThread(llm)
         runner = llm._parallel
     index = 0
     for g in groups:
@@ -295,7 +295,7 @@ def parallel_completion(llm, prompts: list, n: int, args: Dict[str, Any], stream
     return runner.submit(call)
 
 
-def _stream_call(runner: "ParallelRunner", call: _Call):
+def _stream_call(runner: "EngineThread", call: _Call):
     """The chunks of every choice as the worker produces them (llama-cpp-python's stream chunks, each with its
     choice's index); ends after the last choice's finish chunk."""
     call.stream = queue.Queue()
