@@ -10,6 +10,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
+#include "ub_moe.h"
 #include "ub_tok.h"
 #include "ub_compat.h"
 #include "ub_sampling.h"

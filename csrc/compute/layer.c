@@ -1,4 +1,5 @@
-/* ub_layer_forward: one llama / qwen2 / gemma3 decoder layer in one call. Every step is one of the kernels
+/* ub_layer_forward: one llama / qwen2 / gemma3 decoder layer in one call (q/k norms, attention soft-cap
+ * and a mixture-of-experts FFN (moe.c) as options of any kind). Every step is one of the kernels
  * the Python reference path (forward_reference in ubatch/model/arch/) calls, in the same order, with the
  * same float operations for the glue (bias and residual adds, the Q scale), so the result is bitwise the
  * Python path's. The last layer's row selection (keep) is done before the attention-output matmul: each
@@ -12,6 +13,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
+#include "ub_moe.h"
 #include "attn_pool.h"
 
 #include <stdatomic.h>
@@ -114,7 +116,8 @@ static void gated(const float *table, float *g, const float *u, int64_t n, int32
 static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
     const int64_t E = L->n_embd, hq = (int64_t)L->n_head * L->head_dim, hk = (int64_t)L->n_head_kv * L->head_dim;
     if (L->kind != UB_LAYER_LLAMA && L->kind != UB_LAYER_GEMMA3) return fail(err, err_len, "unknown layer kind %d", L->kind);
-    if (E <= 0 || L->n_head <= 0 || L->n_head_kv <= 0 || L->head_dim <= 0 || L->n_ff <= 0 || L->n_head % L->n_head_kv)
+    if (E <= 0 || L->n_head <= 0 || L->n_head_kv <= 0 || L->head_dim <= 0 || (!L->moe && L->n_ff <= 0) ||
+        L->n_head % L->n_head_kv)
         return fail(err, err_len, "bad layer sizes (n_embd %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d)",
                     L->n_embd, L->n_head, L->n_head_kv, L->head_dim, L->n_ff);
     if (!L->attn_norm || !L->ffn_norm) return fail(err, err_len, "attn_norm / ffn_norm missing");
@@ -122,12 +125,16 @@ static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
     if (!weight_ok(&L->wk, E, hk)) return fail(err, err_len, "wk must map n_embd -> n_head_kv*head_dim");
     if (!weight_ok(&L->wv, E, hk)) return fail(err, err_len, "wv must map n_embd -> n_head_kv*head_dim");
     if (!weight_ok(&L->wo, hq, E)) return fail(err, err_len, "wo must map n_head*head_dim -> n_embd");
-    if (!weight_ok(&L->w_gate, E, L->n_ff)) return fail(err, err_len, "w_gate must map n_embd -> n_ff");
-    if (!weight_ok(&L->w_up, E, L->n_ff)) return fail(err, err_len, "w_up must map n_embd -> n_ff");
-    if (!weight_ok(&L->w_down, L->n_ff, E)) return fail(err, err_len, "w_down must map n_ff -> n_embd");
-    if (L->kind == UB_LAYER_GEMMA3 && (!L->q_norm || !L->k_norm || !L->post_attn_norm || !L->post_ffw_norm ||
-                                       !L->gelu_table))
-        return fail(err, err_len, "gemma3 layer: q_norm, k_norm, post norms and gelu_table are required");
+    if (L->moe) {
+        if (L->moe->n_embd != E) return fail(err, err_len, "moe: n_embd %d != the layer's %d", L->moe->n_embd, L->n_embd);
+    } else {
+        if (!weight_ok(&L->w_gate, E, L->n_ff)) return fail(err, err_len, "w_gate must map n_embd -> n_ff");
+        if (!weight_ok(&L->w_up, E, L->n_ff)) return fail(err, err_len, "w_up must map n_embd -> n_ff");
+        if (!weight_ok(&L->w_down, L->n_ff, E)) return fail(err, err_len, "w_down must map n_ff -> n_embd");
+    }
+    if (!(L->attn_softcap >= 0.0f)) return fail(err, err_len, "attn_softcap must be >= 0");
+    if (L->kind == UB_LAYER_GEMMA3 && (!L->post_attn_norm || !L->post_ffw_norm || !L->gelu_table))
+        return fail(err, err_len, "gemma layer: post norms and gelu_table are required");
     if (L->rope_mode != UB_ROPE_NORM && L->rope_mode != UB_ROPE_NEOX)
         return fail(err, err_len, "rope_mode %d is not supported by the fused layer", L->rope_mode);
     return UB_OK;
@@ -189,10 +196,11 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     const int64_t E = L->n_embd, H = L->n_head, Hk = L->n_head_kv, hd = L->head_dim, F = L->n_ff;
     const int64_t hq = H * hd, hk = Hk * hd;
     const int gemma = L->kind == UB_LAYER_GEMMA3;
-    float *buf = malloc(sizeof(float) * (size_t)n * (size_t)(2 * E + 2 * hq + 2 * hk + 2 * F));
+    const int64_t Fb = L->moe ? 0 : F;
+    float *buf = malloc(sizeof(float) * (size_t)n * (size_t)(2 * E + 2 * hq + 2 * hk + 2 * Fb));
     if (!buf) return UB_E_NOMEM;
     float *h = buf, *q = h + n * E, *k = q + n * hq, *v = k + n * hk, *o = v + n * hk, *a = o + n * hq;
-    float *g = a + n * E, *u = g + n * F;
+    float *g = a + n * E, *u = g + n * Fb;
     const float eps = L->eps;
 #define TRY(expr) do { rc = (expr); if (rc != UB_OK) goto done; } while (0)
     /* attention block */
@@ -203,9 +211,9 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
         TRY(mm_n(ws, 3, h, n, ys, n_threads, "wq / wk / wv", err, err_len));
     }
     add_vec(q, L->bq, n, hq);
-    if (gemma) TRY(ub_rms_norm(q, n * H, hd, L->q_norm, eps, q));
+    if (L->q_norm) TRY(ub_rms_norm(q, n * H, hd, L->q_norm, eps, q));
     add_vec(k, L->bk, n, hk);
-    if (gemma) TRY(ub_rms_norm(k, n * Hk, hd, L->k_norm, eps, k));
+    if (L->k_norm) TRY(ub_rms_norm(k, n * Hk, hd, L->k_norm, eps, k));
     add_vec(v, L->bv, n, hk);
     TRY(ub_rope(q, n, (int32_t)H, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
     TRY(ub_rope(k, n, (int32_t)Hk, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
@@ -214,7 +222,7 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     TRY(write_kv(kv, k, v, n, hk, err, err_len));
     rc = ub_attention_vis(q, kv->k, kv->k_type, kv->v, kv->v_type, kv->row_stream, kv->off, kv->cells, o, n,
                           (int32_t)H, (int32_t)Hk, (int32_t)hd, (int32_t)hd, kv->n_stream, kv->kv_size,
-                          L->kq_scale, 0.0f, n_threads);
+                          L->kq_scale, L->attn_softcap, n_threads);
     if (rc == UB_E_ARG) rc = fail(err, err_len, "attention: invalid visible-cell lists");
     if (rc != UB_OK) goto done;
     if (keep) {
@@ -228,13 +236,15 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     add_to(x, a, m * E);
     /* feed-forward block */
     TRY(ub_rms_norm(x, m, E, L->ffn_norm, eps, h));
-    {
+    if (L->moe) {
+        TRY(ub_moe_ffn(L->moe, h, m, a, NULL, NULL, n_threads, err, err_len));
+    } else {
         const ub_lw *ws[2] = {&L->w_gate, &L->w_up};
         float *ys[2] = {g, u};
         TRY(mm_n(ws, 2, h, m, ys, n_threads, "w_gate / w_up", err, err_len));
+        gated(gemma ? L->gelu_table : NULL, g, u, m * F, n_threads);
+        TRY(mm(&L->w_down, g, m, a, n_threads, "w_down", err, err_len));
     }
-    gated(gemma ? L->gelu_table : NULL, g, u, m * F, n_threads);
-    TRY(mm(&L->w_down, g, m, a, n_threads, "w_down", err, err_len));
     if (gemma) TRY(ub_rms_norm(a, m, E, L->post_ffw_norm, eps, a));
     add_to(x, a, m * E);
 #undef TRY

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 /* cdef:begin */
+struct ub_moe;
 /* A weight matrix as ub_matmul takes it: n_rows rows of n_cols / blck blocks of `type` (nbytes bytes). */
 typedef struct {
     const uint8_t *data;
@@ -23,7 +24,11 @@ enum { UB_LAYER_LLAMA = 0, UB_LAYER_GEMMA3 = 1 };
  *           bo float[n_embd] (each NULL when absent); SwiGLU.
  *   gemma3: also q_norm/k_norm float[head_dim], post_attn_norm/post_ffw_norm float[n_embd] (no biases),
  *           gelu_table float[65536] (the GELU of every f16 bit pattern, as ubatch.model.ops builds it);
- *           Q scaled by q_scale after RoPE; GeGLU. */
+ *           Q scaled by q_scale after RoPE; GeGLU.
+ *   any kind: q_norm / k_norm float[head_dim] (per-head RMSNorm after the biases, before RoPE) when not NULL
+ *           (gemma3 requires them); attn_softcap > 0: attention scores soft-capped (ub_attention_vis);
+ *           moe (ub_moe.h) not NULL: the feed-forward block is that mixture of experts (ub_moe_ffn) and
+ *           w_gate / w_up / w_down / n_ff are not used. */
 typedef struct {
     int32_t kind;
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, rope_mode;
@@ -31,6 +36,8 @@ typedef struct {
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *bo;
     const float *q_norm, *k_norm, *post_attn_norm, *post_ffw_norm, *gelu_table;
     ub_lw wq, wk, wv, wo, w_gate, w_up, w_down;
+    float attn_softcap;
+    const struct ub_moe *moe;
 } ub_layer;
 
 /* The step's attention inputs of one layer: its K/V data k, v: [n_stream][kv_size][n_head_kv][head_dim]

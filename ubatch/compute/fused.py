@@ -32,8 +32,11 @@ def set_enabled(on: Optional[bool]) -> None:
 
 def enabled(model) -> bool:
     on = _enabled if _enabled is not None else os.environ.get("UBATCH_FUSED", "1") != "0"
-    return bool(on) and model.hparams.rope_type in (ROPE_NORM, ROPE_NEOX) and model.arch in ("llama", "qwen2",
-                                                                                            "gemma3")
+    return bool(on) and model.hparams.rope_type in (ROPE_NORM, ROPE_NEOX) and model.arch in FUSED_ARCHS
+
+
+FUSED_ARCHS = ("llama", "qwen2", "gemma3", "gemma2", "qwen2moe", "qwen3moe")
+GEMMA_LAYERS = ("gemma3", "gemma2")   # UB_LAYER_GEMMA3: post norms, GeGLU, Q scale
 
 
 def _vec(keep: list, a: Optional[np.ndarray], n: int, name: str):
@@ -59,13 +62,14 @@ def _hp_key(model) -> tuple:
     hp = model.hparams
     return (hp.rms_eps, hp.n_rot, hp.rope_type, hp.q_scale, hp.kq_scale, hp.n_swa, tuple(hp.swa_layers),
             hp.rope_freq_base, hp.rope_freq_scale, getattr(hp, "rope_freq_base_swa", None),
-            hp.rope_freq_scale_swa, id(model.weights))
+            hp.rope_freq_scale_swa, hp.attn_logit_softcap, id(hp.moe), id(model.weights))
 
 
 def _build(model) -> Tuple[List[object], list]:
     from ubatch.model import ops
     hp, W = model.hparams, model.weights
-    gemma = model.arch == "gemma3"
+    from ubatch.model import moe
+    gemma = model.arch in GEMMA_LAYERS
     keep: list = []
     table = _vec(keep, ops.gelu_table(), 65536, "gelu_table") if gemma else ffi.NULL
     E, hq, hk, hd = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.head_dim
@@ -74,20 +78,25 @@ def _build(model) -> Tuple[List[object], list]:
         c = ffi.new("ub_layer *")
         c.kind = lib.UB_LAYER_GEMMA3 if gemma else lib.UB_LAYER_LLAMA
         c.n_embd, c.n_head, c.n_head_kv, c.head_dim = E, hp.n_head, hp.n_head_kv, hd
-        c.n_ff, c.n_rot, c.rope_mode = L.w_gate.n_rows, hp.n_rot, hp.rope_type
+        c.n_ff, c.n_rot, c.rope_mode = L.w_gate.n_rows if L.w_gate is not None else 0, hp.n_rot, hp.rope_type
         base, scale = hp.rope_params(il)
         c.eps, c.rope_base, c.rope_scale = float(hp.rms_eps), float(base), float(scale)
         c.q_scale, c.kq_scale = float(np.float32(hp.q_scale)), float(hp.kq_scale)
+        c.attn_softcap = float(hp.attn_logit_softcap)
+        if getattr(L, "q_norm", None) is not None:
+            c.q_norm, c.k_norm = _vec(keep, L.q_norm, hd, "q_norm"), _vec(keep, L.k_norm, hd, "k_norm")
+        mw = getattr(L, "moe", None)
+        if mw is not None:
+            c.moe = moe.struct(mw, hp, keep)
         c.attn_norm, c.ffn_norm = _vec(keep, L.attn_norm, E, "attn_norm"), _vec(keep, L.ffn_norm, E, "ffn_norm")
         if gemma:
-            c.q_norm, c.k_norm = _vec(keep, L.q_norm, hd, "q_norm"), _vec(keep, L.k_norm, hd, "k_norm")
             c.post_attn_norm = _vec(keep, L.post_attn_norm, E, "post_attn_norm")
             c.post_ffw_norm = _vec(keep, L.post_ffw_norm, E, "post_ffw_norm")
             c.gelu_table = table
         else:
             c.bq, c.bk = _vec(keep, L.bq, hq, "bq"), _vec(keep, L.bk, hk, "bk")
             c.bv, c.bo = _vec(keep, L.bv, hk, "bv"), _vec(keep, L.bo, E, "bo")
-        for name in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"):
+        for name in ("wq", "wk", "wv", "wo") + (() if mw is not None else ("w_gate", "w_up", "w_down")):
             _weight(getattr(c, name), keep, getattr(L, name))
         out.append(c)
     return out, keep

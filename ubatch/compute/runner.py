@@ -128,16 +128,18 @@ class Step:
         c.v_type = lib.UB_DT_F16 if v.dtype == np.float16 else lib.UB_DT_F32
         return c
 
-    def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
+               softcap: float = 0.0) -> np.ndarray:
         """Attention of layer il over each row's visible cells in ascending position order (so the result
-        does not depend on where the cells sit, on other sequences or on n_ubatch)."""
+        does not depend on where the cells sit, on other sequences or on n_ubatch); softcap > 0: scores
+        soft-capped before the scale (gemma2)."""
         w, vis = self._visible(il)
         st = w.store
         n, n_head, hd = q.shape
         st.k[il][w.sidx, w.cells] = k.reshape(w.ns, w.per, *k.shape[1:])
         st.v[il][w.sidx, w.cells] = v.reshape(w.ns, w.per, *v.shape[1:])
         o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
-                                   scale=float(scale), n_threads=self.n_threads)
+                                   scale=float(scale), softcap=float(softcap), n_threads=self.n_threads)
         return o.reshape(n, n_head * hd)
 
 

@@ -41,6 +41,8 @@ class HParams:
     q_scale: float = 1.0               # gemma3: 1/sqrt(key_length) applied to Q after RoPE
     embd_scale: float = 1.0            # gemma3: sqrtf(n_embd) on token embeddings
     final_logit_softcap: float = 0.0   # 0: none
+    attn_logit_softcap: float = 0.0    # gemma2: attention scores c * tanh(s / c) before the softmax; 0: none
+    moe: Any = None                    # ubatch.model.moe.MoEParams of a mixture-of-experts arch, else None
 
     def is_swa(self, il: int) -> bool:
         return bool(self.swa_layers[il]) if self.swa_layers else False
@@ -115,20 +117,23 @@ def check_hparams(f: GGUFFile, hp: "HParams") -> None:
         _int(f, f"{a}.attention.sliding_window", hp.n_swa, 0)
         _float(f, f"{a}.rope.freq_base_swa", hp.rope_freq_base_swa)
     _float(f, f"{a}.final_logit_softcapping", hp.final_logit_softcap, positive=False)
+    _float(f, f"{a}.attn_logit_softcapping", hp.attn_logit_softcap, positive=False)
     if hp.n_rot % 2:
         raise GGUFError(f"{f.path}: {a}.rope.dimension_count = {hp.n_rot} must be even")
 
 
-def read_hparams(f: GGUFFile, arch: str, rope_type: int) -> HParams:
-    """The hyperparameters every architecture shares (llama_model_base::load_hparams)."""
+def read_hparams(f: GGUFFile, arch: str, rope_type: int, *, experts: bool = False) -> HParams:
+    """The hyperparameters every architecture shares (llama_model_base::load_hparams); experts=True: the
+    arch reads expert_count itself (ubatch.model.moe), else a file with experts is refused."""
     k = _Keys(f, arch)
     n_embd = _int(f, f"{arch}.embedding_length", k.req("embedding_length"))
     n_layer = _int(f, f"{arch}.block_count", k.req("block_count"))
     if n_layer > max(len(f.tensors), 1024):   # every layer has tensors: a count the file cannot hold is corrupt
         raise GGUFError(f"{f.path}: {arch}.block_count = {n_layer} exceeds the {len(f.tensors)} tensors of the file")
     n_ctx_train = _int(f, f"{arch}.context_length", k.req("context_length"))
-    if _int(f, f"{arch}.expert_count", k.get("expert_count", 0), 0) > 0:
-        raise GGUFError(f"{f.path}: {arch}.expert_count > 0: mixture-of-experts models are not supported")
+    if not experts and _int(f, f"{arch}.expert_count", k.get("expert_count", 0), 0) > 0:
+        raise GGUFError(f"{f.path}: {arch}.expert_count > 0: arch {arch!r} has no mixture-of-experts layers "
+                        f"(supported MoE archs: qwen2moe, qwen3moe)")
     n_head = k.scalar_per_layer("attention.head_count", n_layer, 0)
     if n_head <= 0:
         raise GGUFError(f"{f.path}: key not found in model: {arch}.attention.head_count")

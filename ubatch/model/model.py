@@ -1,4 +1,5 @@
-"""Model: a GGUF decoder (llama, qwen2, gemma3) with its tensors memory-mapped in their block layout.
+"""Model: a GGUF decoder (llama, qwen2, gemma3, gemma2, qwen2moe, qwen3moe: ubatch.model.registry) with its
+tensors memory-mapped in their block layout.
 
 `Model.from_gguf(path)` parses the file (ubatch.model.gguf_file), reads the architecture's hyperparameters
 (llama.cpp's defaults, ubatch.model.hparams) and checks every tensor it needs by name and shape before

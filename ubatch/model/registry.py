@@ -4,9 +4,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Dict
 
-from ubatch.model.arch import gemma3, llama, qwen2
+from ubatch.model.arch import gemma2, gemma3, llama, qwen2, qwen2moe, qwen3moe
 
-ARCHITECTURES: Dict[str, ModuleType] = {m.NAME: m for m in (llama, qwen2, gemma3)}
+ARCHITECTURES: Dict[str, ModuleType] = {m.NAME: m for m in (llama, qwen2, gemma3, gemma2, qwen2moe, qwen3moe)}
 SUPPORTED_ARCHS = tuple(ARCHITECTURES)
 
 

@@ -28,8 +28,8 @@ class Layer:
     wk: Weight
     wv: Weight
     wo: Weight
-    q_norm: np.ndarray
-    k_norm: np.ndarray
+    q_norm: Optional[np.ndarray]        # None: no q/k norms (gemma2)
+    k_norm: Optional[np.ndarray]
     post_attn_norm: np.ndarray
     ffn_norm: np.ndarray
     w_gate: Weight
@@ -50,15 +50,15 @@ class Weights:
         return self.output is self.tok_embd
 
 
-def swa_pattern(f: GGUFFile, n_layer: int) -> tuple:
+def swa_pattern(f: GGUFFile, n_layer: int, arch: str = NAME, default: int = DEFAULT_SWA_PATTERN) -> tuple:
     """is_swa per layer: an array key gives it directly; else n_pattern (default 6): il % n < n - 1."""
-    key = "gemma3.attention.sliding_window_pattern"
+    key = f"{arch}.attention.sliding_window_pattern"
     v = f.metadata.get(key)
     if isinstance(v, (np.ndarray, list)):
         if len(v) != n_layer:
             raise GGUFError(f"{f.path}: {key} has {len(v)} entries, block_count is {n_layer}")
         return tuple(bool(b) for b in v)
-    n = DEFAULT_SWA_PATTERN if v is None else _int(f, key, v, 0)
+    n = default if v is None else _int(f, key, v, 0)
     return tuple((n == 0) or (il % n < n - 1) for il in range(n_layer))
 
 
@@ -120,15 +120,17 @@ def forward_reference(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarra
     qs = np.float32(hp.q_scale)
     for il, L in enumerate(model.weights.layers):
         h = ops.rms_norm(x, L.attn_norm, eps)
-        q = ops.rms_norm(ops.matmul(h, L.wq, nt).reshape(n, hp.n_head, hd), L.q_norm, eps)
-        k = ops.rms_norm(ops.matmul(h, L.wk, nt).reshape(n, hp.n_head_kv, hd), L.k_norm, eps)
+        q = ops.matmul(h, L.wq, nt).reshape(n, hp.n_head, hd)
+        k = ops.matmul(h, L.wk, nt).reshape(n, hp.n_head_kv, hd)
+        if L.q_norm is not None:
+            q, k = ops.rms_norm(q, L.q_norm, eps), ops.rms_norm(k, L.k_norm, eps)
         v = np.ascontiguousarray(ops.matmul(h, L.wv, nt).reshape(n, hp.n_head_kv, hd))
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
         base, scale = hp.rope_params(il)
         kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
         kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
         q *= qs
-        o = step.attend(il, q, k, v, hp.kq_scale)
+        o = step.attend(il, q, k, v, hp.kq_scale, softcap=hp.attn_logit_softcap)
         a = ops.matmul(o, L.wo, nt)
         if il == hp.n_layer - 1:
             a, x = a[keep], x[keep]

@@ -8,7 +8,7 @@ from typing import List, Optional
 import numpy as np
 
 from ubatch.compute import fused, kernels
-from ubatch.model import ops
+from ubatch.model import moe, ops
 from ubatch.model.gguf_file import GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 from ubatch.model.weights import TensorSource, Weight
@@ -32,6 +32,9 @@ class Layer:
     bk: Optional[np.ndarray] = None
     bv: Optional[np.ndarray] = None
     bo: Optional[np.ndarray] = None
+    q_norm: Optional[np.ndarray] = None    # per-head RMSNorm of Q / K after the biases, before RoPE (qwen3moe)
+    k_norm: Optional[np.ndarray] = None
+    moe: Optional[object] = None           # ubatch.model.moe.MoEWeights: the FFN is a mixture of experts
 
 
 @dataclass
@@ -102,6 +105,10 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
         q = _add(ops.matmul(h, L.wq, nt), L.bq).reshape(n, hp.n_head, hd)
         k = _add(ops.matmul(h, L.wk, nt), L.bk).reshape(n, hp.n_head_kv, hd)
         v = _add(ops.matmul(h, L.wv, nt), L.bv).reshape(n, hp.n_head_kv, hd)
+        if L.q_norm is not None:
+            q = ops.rms_norm(q, L.q_norm, hp.rms_eps)
+        if L.k_norm is not None:
+            k = ops.rms_norm(k, L.k_norm, hp.rms_eps)
         base, scale = hp.rope_params(il)
         kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
         kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
@@ -111,6 +118,9 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
             a, x = a[keep], x[keep]
         x = x + a
         h = ops.rms_norm(x, L.ffn_norm, hp.rms_eps)
+        if L.moe is not None:
+            x = x + moe.ffn(L.moe, hp, h, nt)
+            continue
         f = ops.silu_mul(ops.matmul(h, L.w_gate, nt), ops.matmul(h, L.w_up, nt))
         x = x + ops.matmul(f, L.w_down, nt)
     return x
