@@ -309,7 +309,7 @@ class LLMEngine:
         while j < len(owner_of):
             s = owners[owner_of[j]]
             if s.state == GEN and s.spec is not None and s.spec.draft is not None:
-                j = self._add_drafted(sb, seqs, spec_at, s, j)
+                j = self._spec.add_rows(sb, seqs, spec_at, s, j)
                 continue
             group = [s]
             if s.state == PROMPT:
@@ -379,23 +379,6 @@ class LLMEngine:
             self.statistics.generated_tokens += 1
             self._on_token(g, token, None, row)
             touched[g.req.rid] = g.req
-
-    def _add_drafted(self, sb: SampleBatch, seqs: List[Seq], spec_at: Dict[int, int], s: Seq, j: int) -> int:
-        """Sampling entries for the k + 1 rows (from output row j) of s's drafted decode: row r is sampled at
-        counter len(generated) + r with the penalty window plain decoding would have after d1..dr."""
-        d = s.spec.draft
-        p = s.req.params
-        hist = s.history(p.repeat_last_n) if p.penalised else None
-        spec_at[len(seqs)] = len(d) + 1
-        for r in range(len(d) + 1):
-            h = None
-            if hist is not None:
-                h = np.concatenate([hist, d[:r]]) if r else hist
-                if p.repeat_last_n >= 0:
-                    h = h[max(len(h) - p.repeat_last_n, 0):]
-            sb.add(j + r, p, s.seed, len(s.generated) + r, h)
-            seqs.append(s)
-        return j + len(d) + 1
 
     @staticmethod
     def _constrain(logits: np.ndarray, sb: SampleBatch, seqs: List[Seq]) -> np.ndarray:
