@@ -96,16 +96,28 @@ def instrument(ctx, engine) -> Timers:
     return T
 
 
+def requests(n: int, prompt_len, gen_len, n_vocab: int, seed: int = 0):
+    """n (prompt token ids, generation length) pairs, lengths uniform in the inclusive ranges, from one seeded
+    generator (the stream this benchmark has always used)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        lp = int(rng.integers(prompt_len[0], prompt_len[1] + 1))
+        lg = int(rng.integers(gen_len[0], gen_len[1] + 1))
+        out.append((rng.integers(0, n_vocab, lp).astype(np.int32), lg))
+    return out
+
+
 def run_once(model, wl, threads):
     from ubatch.engine.llm_engine import LLMEngine, SamplingParams
-    from ubatch.engine.prompts import make_workload
 
     name, n_req, par, pl, gl, n_ctx, n_batch, n_ubatch, unified = wl
     eng = LLMEngine(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=par, kv_unified=unified,
                     n_threads=threads, enable_prefix_caching=False)    # random prompts share no prefix anyway
     ctx = eng.ctx
-    for w in make_workload(n_req, seed=0, prompt_len=pl, gen_len=gl, n_vocab=model.n_vocab):
-        eng.add_request(w.prompt, SamplingParams(max_tokens=w.max_tokens, temperature=0.0, ignore_eos=True))
+    for prompt, gen in requests(n_req, pl, gl, model.n_vocab):
+        eng.add_request(prompt, SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True))
     T = instrument(ctx, eng)
     while eng.has_unfinished_requests():
         eng.step()
