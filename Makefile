@@ -18,7 +18,7 @@ asan:
 
 # the fuzz tests with the long hypothesis profile (and the full 100,000-cycle leak test)
 fuzz: build
-	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_*.py tests/test_threads*.py tests/test_lifetime*.py tests/test_limits*.py
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -p no:cacheprovider tests/*/test_fuzz_*.py tests/batch/test_threads.py tests/batch/test_lifetime.py tests/batch/test_limits.py
 
 bench:
 	$(PY) -m ubatch bench --quick --out bench/results

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from ubatch import kernels
+from ubatch.compute import kernels
 
 # torch's OpenMP workers busy-wait after each parallel region by default; on a shared (oversubscribed) machine
 # that makes its 2-thread runs ~100x slower and steals the CPU from whatever runs next. Passive waiting keeps

@@ -11,7 +11,7 @@ from ubatch.cli import main
 # the README's quick start and `ubatch run` use Gemma 3 270M (the default model)
 pytestmark = pytest.mark.realmodel
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "README.md")
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
 def _blocks(lang: str) -> list:

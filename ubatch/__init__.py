@@ -9,7 +9,7 @@ from ubatch.memory.iswa import KVCacheISWA
 from ubatch.engine.context import Context
 from ubatch.engine.llm import LLM, Completion
 from ubatch.memory.placement import ComputeResult, Placement
-from ubatch.model.gguf_model import Model
+from ubatch.model.model import Model
 from ubatch import models
 from ubatch.tokenizer import Tokenizer
 

@@ -73,6 +73,12 @@ static void add_to(float *x, const float *a, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = x[i] + a[i];
 }
 
+/* a: float[n] *= s, unless s == 0 (no scale). */
+static void scale_by(float *a, float s, int64_t n) {
+    if (s == 0.0f) return;
+    for (int64_t i = 0; i < n; i++) a[i] *= s;
+}
+
 /* The gated activation g = act(g) * u over n elements, shared out in chunks among the pool's threads when n
  * is large (prefill); elementwise, so the split changes nothing. table: the GELU table, or NULL for SiLU. */
 typedef struct {
@@ -120,7 +126,6 @@ static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
         L->n_head % L->n_head_kv)
         return fail(err, err_len, "bad layer sizes (n_embd %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d)",
                     L->n_embd, L->n_head, L->n_head_kv, L->head_dim, L->n_ff);
-    if (!L->attn_norm || !L->ffn_norm) return fail(err, err_len, "attn_norm / ffn_norm missing");
     if (!weight_ok(&L->wq, E, hq)) return fail(err, err_len, "wq must map n_embd -> n_head*head_dim");
     if (!weight_ok(&L->wk, E, hk)) return fail(err, err_len, "wk must map n_embd -> n_head_kv*head_dim");
     if (!weight_ok(&L->wv, E, hk)) return fail(err, err_len, "wv must map n_embd -> n_head_kv*head_dim");
@@ -133,8 +138,11 @@ static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
         if (!weight_ok(&L->w_down, L->n_ff, E)) return fail(err, err_len, "w_down must map n_ff -> n_embd");
     }
     if (!(L->attn_softcap >= 0.0f)) return fail(err, err_len, "attn_softcap must be >= 0");
-    if (L->kind == UB_LAYER_GEMMA3 && (!L->post_attn_norm || !L->post_ffw_norm || !L->gelu_table))
-        return fail(err, err_len, "gemma layer: post norms and gelu_table are required");
+    if (!L->q_norm != !L->k_norm) return fail(err, err_len, "q_norm and k_norm go together");
+    if (L->qk_norm_full != 0 && L->qk_norm_full != 1) return fail(err, err_len, "qk_norm_full must be 0 or 1");
+    if (L->kind == UB_LAYER_GEMMA3 && (!L->attn_norm || !L->ffn_norm || !L->post_attn_norm || !L->post_ffw_norm ||
+                                       !L->gelu_table))
+        return fail(err, err_len, "gemma layer: pre / post norms and gelu_table are required");
     if (L->rope_mode != UB_ROPE_NORM && L->rope_mode != UB_ROPE_NEOX)
         return fail(err, err_len, "rope_mode %d is not supported by the fused layer", L->rope_mode);
     return UB_OK;
@@ -204,20 +212,28 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     const float eps = L->eps;
 #define TRY(expr) do { rc = (expr); if (rc != UB_OK) goto done; } while (0)
     /* attention block */
-    TRY(ub_rms_norm(x, n, E, L->attn_norm, eps, h));
+    if (L->attn_norm) TRY(ub_rms_norm(x, n, E, L->attn_norm, eps, h));
+    else memcpy(h, x, sizeof(float) * (size_t)(n * E));
     {
         const ub_lw *ws[3] = {&L->wq, &L->wk, &L->wv};
         float *ys[3] = {q, k, v};
         TRY(mm_n(ws, 3, h, n, ys, n_threads, "wq / wk / wv", err, err_len));
     }
     add_vec(q, L->bq, n, hq);
-    if (L->q_norm) TRY(ub_rms_norm(q, n * H, hd, L->q_norm, eps, q));
     add_vec(k, L->bk, n, hk);
-    if (L->k_norm) TRY(ub_rms_norm(k, n * Hk, hd, L->k_norm, eps, k));
+    if (L->q_norm) {
+        const int64_t dq = L->qk_norm_full ? hq : hd, dk = L->qk_norm_full ? hk : hd;
+        TRY(ub_rms_norm(q, n * hq / dq, dq, L->q_norm, eps, q));
+        TRY(ub_rms_norm(k, n * hk / dk, dk, L->k_norm, eps, k));
+    }
     add_vec(v, L->bv, n, hk);
-    TRY(ub_rope(q, n, (int32_t)H, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
-    TRY(ub_rope(k, n, (int32_t)Hk, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base, L->rope_scale, NULL));
-    if (gemma)
+    if (!L->no_rope) {
+        TRY(ub_rope_ext(q, n, (int32_t)H, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base,
+                        L->rope_scale, NULL, L->yarn));
+        TRY(ub_rope_ext(k, n, (int32_t)Hk, (int32_t)hd, L->n_rot, pos, n_pos, L->rope_mode, L->rope_base,
+                        L->rope_scale, NULL, L->yarn));
+    }
+    if (gemma || L->q_scale != 1.0f)
         for (int64_t i = 0; i < n * hq; i++) q[i] *= L->q_scale;
     TRY(write_kv(kv, k, v, n, hk, err, err_len));
     rc = ub_attention_vis(q, kv->k, kv->k_type, kv->v, kv->v_type, kv->row_stream, kv->off, kv->cells, o, n,
@@ -232,10 +248,12 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     if (m == 0) goto done;
     TRY(mm(&L->wo, o, m, a, n_threads, "wo", err, err_len));
     add_vec(a, L->bo, m, E);
-    if (gemma) TRY(ub_rms_norm(a, m, E, L->post_attn_norm, eps, a));
+    if (L->post_attn_norm) TRY(ub_rms_norm(a, m, E, L->post_attn_norm, eps, a));
+    scale_by(a, L->residual_scale, m * E);
     add_to(x, a, m * E);
     /* feed-forward block */
-    TRY(ub_rms_norm(x, m, E, L->ffn_norm, eps, h));
+    if (L->ffn_norm) TRY(ub_rms_norm(x, m, E, L->ffn_norm, eps, h));
+    else memcpy(h, x, sizeof(float) * (size_t)(m * E));
     if (L->moe) {
         TRY(ub_moe_ffn(L->moe, h, m, a, NULL, NULL, n_threads, err, err_len));
     } else {
@@ -245,7 +263,8 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
         gated(gemma ? L->gelu_table : NULL, g, u, m * F, n_threads);
         TRY(mm(&L->w_down, g, m, a, n_threads, "w_down", err, err_len));
     }
-    if (gemma) TRY(ub_rms_norm(a, m, E, L->post_ffw_norm, eps, a));
+    if (L->post_ffw_norm) TRY(ub_rms_norm(a, m, E, L->post_ffw_norm, eps, a));
+    scale_by(a, L->residual_scale, m * E);
     add_to(x, a, m * E);
 #undef TRY
 done:

@@ -6,14 +6,35 @@
 #include "ub_common.h"
 #include "ub_compute.h"
 
+/* One pair's (cos, sin) as ggml's rope_yarn: theta_extrap = theta / freq factor, interpolated by freq_scale,
+ * blended with YaRN's ramp when ext_factor != 0 (which also scales the magnitude); y NULL: plain RoPE. */
+static void rope_pair(float *c, float *s, float theta, int32_t i, float freq_scale, const ub_rope_yarn *y) {
+    if (!y) {
+        const float t = freq_scale * theta;
+        *c = cosf(t);
+        *s = sinf(t);
+        return;
+    }
+    const float extrap = y->freq_factors ? theta / y->freq_factors[i] : theta;
+    const float interp = freq_scale * extrap;
+    float t = interp, mscale = y->attn_factor;
+    if (y->ext_factor != 0.0f) {
+        const float r = ((float)i - y->corr_lo) / fmaxf(0.001f, y->corr_hi - y->corr_lo);
+        const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, r))) * y->ext_factor;
+        t = interp * (1.0f - ramp) + extrap * ramp;
+        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+    }
+    *c = cosf(t) * mscale;
+    *s = sinf(t) * mscale;
+}
+
 /* cs: float[n_rot] caller-owned scratch receiving (cos, sin) of each of the n_rot/2 pairs for position p
- * (one position for all pairs). */
-static void rope_cache(float *cs, int32_t n_rot, float p, float theta_scale, float freq_scale) {
+ * (one position for all pairs); y: the YaRN / frequency-factor parameters or NULL. */
+static void rope_cache(float *cs, int32_t n_rot, float p, float theta_scale, float freq_scale,
+                       const ub_rope_yarn *y) {
     float theta = p;
     for (int32_t i = 0; i < n_rot / 2; i++) {
-        const float t = freq_scale * theta;
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        rope_pair(&cs[2 * i], &cs[2 * i + 1], theta, i, freq_scale, y);
         theta *= theta_scale;
     }
 }
@@ -56,13 +77,13 @@ static int rope_args_ok(int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t
 
 /* x: float[n_rows][n_head][head_dim] in place (caller-owned); pos: int32[n_pos][n_rows] (caller-owned);
  * sections: int32[4] when mode == UB_ROPE_MROPE (caller-owned). */
-int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t n_rot,
-            const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
-            const int32_t *sections) {
+int ub_rope_ext(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t n_rot,
+                const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
+                const int32_t *sections, const ub_rope_yarn *yarn) {
     if (!x || !pos || n_rows < 0 || n_pos < 1 || !rope_args_ok(n_head, head_dim, n_rot, mode) || !(base > 0.0f))
         return UB_E_ARG;
     if (mode == UB_ROPE_MROPE) {
-        if (n_pos != 4 || !sections) return UB_E_ARG;
+        if (n_pos != 4 || !sections || yarn) return UB_E_ARG;
         for (int j = 0; j < 4; j++)
             if (sections[j] < 0) return UB_E_ARG;
     }
@@ -76,7 +97,7 @@ int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t 
             for (int j = 0; j < 4; j++) p4[j] = (float)pos[(int64_t)j * n_rows + r];
             rope_cache_multi(cs, n_rot, p4, sections, theta_scale, freq_scale);
         } else {
-            rope_cache(cs, n_rot, (float)pos[r], theta_scale, freq_scale);
+            rope_cache(cs, n_rot, (float)pos[r], theta_scale, freq_scale, yarn);
         }
         float *row = x + (int64_t)r * n_head * head_dim;
         for (int32_t h = 0; h < n_head; h++) rotate_head(row + (int64_t)h * head_dim, cs, n_rot, neox);
@@ -87,8 +108,9 @@ int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t 
 
 /* k: [n_cells][n_head_kv][head_dim] float32 or half (uint16), in place, caller-owned;
  * delta: int32[n_cells], caller-owned. */
-int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
-                  int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale) {
+int ub_rope_shift_ext(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
+                      int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale,
+                      const ub_rope_yarn *yarn) {
     if (!k || !delta || n_cells < 0 || !rope_args_ok(n_head_kv, head_dim, n_rot, mode) || !(base > 0.0f))
         return UB_E_ARG;
     if (dtype != UB_DT_F32 && dtype != UB_DT_F16) return UB_E_ARG;
@@ -100,7 +122,7 @@ int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, in
     const int64_t row = (int64_t)n_head_kv * head_dim;
     for (int64_t c = 0; c < n_cells; c++) {
         if (delta[c] == 0) continue;
-        rope_cache(cs, n_rot, (float)delta[c], theta_scale, freq_scale);
+        rope_cache(cs, n_rot, (float)delta[c], theta_scale, freq_scale, yarn);
         for (int32_t h = 0; h < n_head_kv; h++) {
             const int64_t off = c * row + (int64_t)h * head_dim;
             if (dtype == UB_DT_F32) {
@@ -115,6 +137,50 @@ int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, in
     }
     free(cs);
     return UB_OK;
+}
+
+/* x, pos, sections: as ub_rope_ext (no YaRN). */
+int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t n_rot,
+            const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
+            const int32_t *sections) {
+    return ub_rope_ext(x, n_rows, n_head, head_dim, n_rot, pos, n_pos, mode, base, freq_scale, sections, NULL);
+}
+
+/* k, delta: as ub_rope_shift_ext (no YaRN). */
+int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
+                  int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale) {
+    return ub_rope_shift_ext(k, dtype, n_cells, n_head_kv, head_dim, n_rot, delta, mode, base, freq_scale, NULL);
+}
+
+/* ggml_rope_yarn_corr_dim: the pair index whose wavelength makes n_rot_beta turns over n_ctx_orig. */
+static float yarn_corr_dim(int32_t n_dims, int32_t n_ctx_orig, float n_rot_beta, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot_beta * 2 * (float)3.14159265358979323846)) / (2 * logf(base));
+}
+
+/* y: caller-owned struct to fill; freq_factors: float[n_rot/2] or NULL (kept by pointer). */
+int ub_rope_yarn_init(ub_rope_yarn *y, int32_t n_rot, int32_t n_ctx_orig, float base, float ext_factor,
+                      float attn_factor, float beta_fast, float beta_slow, const float *freq_factors) {
+    if (!y || n_rot <= 0 || n_ctx_orig <= 0 || !(base > 0.0f) || !(beta_fast > 0.0f) || !(beta_slow > 0.0f))
+        return UB_E_ARG;
+    const float start = floorf(yarn_corr_dim(n_rot, n_ctx_orig, beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(n_rot, n_ctx_orig, beta_slow, base));
+    y->corr_lo = fmaxf(0.0f, start);
+    y->corr_hi = fminf((float)(n_rot - 1), end);
+    y->ext_factor = ext_factor;
+    y->attn_factor = attn_factor;
+    y->freq_factors = freq_factors;
+    return UB_OK;
+}
+
+/* llama_context's yarn_attn_factor for a model without rope.scaling.yarn_log_multiplier. */
+float ub_rope_attn_factor(float ext_factor, float freq_scale, float rope_attn_factor) {
+    float a = 1.0f;
+    if (ext_factor != 0.0f) {
+        const float factor = 1.0f / freq_scale;
+        a = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        a *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    return a * rope_attn_factor;
 }
 
 /* src: uint16[n] halves, dst: float[n]; caller-owned. */

@@ -24,6 +24,33 @@ int ub_rope(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t 
             const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
             const int32_t *sections);
 
+/* RoPE scaling beyond linear (llama.cpp's ggml_rope_ext): YaRN's ramp between interpolated and extrapolated
+ * angles, the magnitude factor on cos/sin, and per-pair frequency factors (Llama-3 rope_freqs, LongRoPE's
+ * long/short factors). Filled by ub_rope_yarn_init; freq_factors: float[n_rot/2] or NULL (read only, owned
+ * by the caller, must outlive the calls that use the struct). */
+typedef struct {
+    float ext_factor, attn_factor, corr_lo, corr_hi;
+    const float *freq_factors;
+} ub_rope_yarn;
+
+/* y: the struct to fill (caller-owned). ext_factor / attn_factor: the context's values as llama.cpp derives
+ * them (ub_rope_attn_factor); corr dims from n_rot, n_ctx_orig, base, beta_fast, beta_slow as
+ * ggml_rope_yarn_corr_dims. Returns UB_OK or UB_E_ARG (n_rot <= 0, n_ctx_orig <= 0, base <= 0). */
+int ub_rope_yarn_init(ub_rope_yarn *y, int32_t n_rot, int32_t n_ctx_orig, float base, float ext_factor,
+                      float attn_factor, float beta_fast, float beta_slow, const float *freq_factors);
+
+/* llama.cpp's context attention factor: with YaRN (ext_factor != 0) the mscale of 1/freq_scale, cancelled
+ * by ggml's own factor, times the model's rope.scaling.attn_factor; else rope_attn_factor. */
+float ub_rope_attn_factor(float ext_factor, float freq_scale, float rope_attn_factor);
+
+/* ub_rope / ub_rope_shift with YaRN / frequency factors: yarn NULL is exactly ub_rope / ub_rope_shift. */
+int ub_rope_ext(float *x, int32_t n_rows, int32_t n_head, int32_t head_dim, int32_t n_rot,
+                const int32_t *pos, int32_t n_pos, int32_t mode, float base, float freq_scale,
+                const int32_t *sections, const ub_rope_yarn *yarn);
+int ub_rope_shift_ext(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
+                      int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale,
+                      const ub_rope_yarn *yarn);
+
 /* K-shift: rotate every cached key of cell c by delta[c] (cells with delta 0 are left untouched).
  * k: [n_cells][n_head_kv][head_dim] of float32 (dtype UB_DT_F32) or IEEE half as uint16 (UB_DT_F16),
  * caller-owned, modified in place; delta: int32[n_cells] caller-owned. M-RoPE shifts every section by

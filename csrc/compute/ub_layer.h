@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "ub_compute.h"
+
 /* cdef:begin */
 struct ub_moe;
 /* A weight matrix as ub_matmul takes it: n_rows rows of n_cols / blck blocks of `type` (nbytes bytes). */
@@ -25,10 +27,19 @@ enum { UB_LAYER_LLAMA = 0, UB_LAYER_GEMMA3 = 1 };
  *   gemma3: also q_norm/k_norm float[head_dim], post_attn_norm/post_ffw_norm float[n_embd] (no biases),
  *           gelu_table float[65536] (the GELU of every f16 bit pattern, as ubatch.model.ops builds it);
  *           Q scaled by q_scale after RoPE; GeGLU.
- *   any kind: q_norm / k_norm float[head_dim] (per-head RMSNorm after the biases, before RoPE) when not NULL
- *           (gemma3 requires them); attn_softcap > 0: attention scores soft-capped (ub_attention_vis);
- *           moe (ub_moe.h) not NULL: the feed-forward block is that mixture of experts (ub_moe_ffn) and
- *           w_gate / w_up / w_down / n_ff are not used. */
+ *   The general options (any kind; each off when NULL / 0):
+ *     attn_norm / ffn_norm NULL: no pre-norm (olmo2), the block's input is the residual stream itself;
+ *     q_norm / k_norm: RMSNorm of Q / K after the biases, before RoPE, per head (qk_norm_full 0:
+ *       float[head_dim]) or over the whole row (qk_norm_full 1: q_norm float[n_head*head_dim], k_norm
+ *       float[n_head_kv*head_dim]); gemma3 requires them;
+ *     post_attn_norm / post_ffw_norm float[n_embd]: RMSNorm of the block output before the residual add;
+ *     q_scale != 1: Q multiplied by it after RoPE (phi3);
+ *     residual_scale != 0: block outputs multiplied by it before the residual add (granite, minicpm);
+ *     no_rope 1: Q / K are not rotated (smollm3's NoPE layers, granite without rope);
+ *     yarn: RoPE's YaRN / frequency factors (ub_rope_ext), read only, or NULL;
+ *     attn_softcap > 0: attention scores soft-capped (ub_attention_vis);
+ *     moe (ub_moe.h) not NULL: the feed-forward block is that mixture of experts (ub_moe_ffn) and
+ *       w_gate / w_up / w_down / n_ff are not used. */
 typedef struct {
     int32_t kind;
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, rope_mode;
@@ -36,6 +47,9 @@ typedef struct {
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *bo;
     const float *q_norm, *k_norm, *post_attn_norm, *post_ffw_norm, *gelu_table;
     ub_lw wq, wk, wv, wo, w_gate, w_up, w_down;
+    int32_t qk_norm_full, no_rope;
+    float residual_scale;
+    const ub_rope_yarn *yarn;
     float attn_softcap;
     const struct ub_moe *moe;
 } ub_layer;

@@ -76,6 +76,10 @@ ub_grammar *ub_grammar_new(const char *src, int64_t len, const char *root, const
         grammar_destroy(g); g = NULL; goto out;
     }
     if (v) { gvocab_retain(v); g->vocab = v; }
+    if (gram_classes_init(g)) {
+        set_err(err, err_len, "out of memory");
+        grammar_destroy(g); g = NULL; goto out;
+    }
 out:
     gram_parser_free(&p);
     free(text);
@@ -251,42 +255,105 @@ static void do_pending(ub_grammar *g, walk *w, const pending *pe, uint8_t *out) 
     else if (not_val >= 0) mark_subtree_tokens(v, w, pe->node, pe->dec, not_val, out);
 }
 
+/* Tokens of code-point node c ending in a partial UTF-8 sequence, `set` = the stacks after c's code point:
+ * allowed iff a char-element stack's class the sequence may complete into (runs of one sequence checked once). */
+static void mark_parts(ub_grammar *g, const ub_gvocab *v, uint32_t c, int32_t set, uint8_t *out) {
+    const gpart *p = v->parts + v->part_start[c], *e = v->parts + v->part_start[c + 1];
+    uint32_t lv = 0; int32_t lr = 0; int ok = 0;
+    for (; p < e; p++) {
+        if (p->n_remain != lr || p->value != lv) {
+            lv = p->value; lr = p->n_remain;
+            ok = gram_set_partial_ok(g, set, lv, lr);
+        }
+        if (ok) out[p->id] = 1;
+    }
+}
+
+/* The walk from a clean UTF-8 state (no partial sequence pending) over the code-point trie: one transition per
+ * node, subtrees whose code point no stack accepts skipped. out uint8[n_tokens] zeroed by the caller; cs
+ * int32[cp_max_depth + 1] scratch. Caller holds g->mu. */
+static int walk_cp(ub_grammar *g, walk *w, int32_t set, uint32_t pval, int32_t prem, int32_t *cs, uint8_t *out) {
+    const ub_gvocab *v = g->vocab;
+    const gcpnode *cpn = v->cpn;
+    const int32_t *cp_ids = v->cp_ids;
+    const uint32_t *ucls = g->ucls;
+    cs[0] = set;
+    if (cpn[0].ntok & GCP_HAS_PART) mark_parts(g, v, 0, set, out);
+    if (g->sets[set].has_tok_top && pend_add(w, 0, gdec_start(pval, prem), set)) return UB_E_NOMEM;
+    const uint32_t n = v->n_cpn, cpmask = (1u << GCP_DEPTH_SHIFT) - 1;
+    for (uint32_t i = 1; i < n;) {
+        const gcpnode *nd = &cpn[i];
+        uint32_t cpd = nd->cpd, d = cpd >> GCP_DEPTH_SHIFT, u = cpd & cpmask, cls = ucls[u];
+        int32_t ps = cs[d - 1], ns;
+        const int32_t *tr = g->sets[ps].tr;
+        if (!tr || (ns = tr[cls]) == -2) ns = gram_trans_cls(g, ps, cls, v->ucp[u]);
+        if (ns <= 0) {
+            if (ns < 0) return UB_E_GRAMMAR_LIMIT;
+            i = nd->end;
+            continue;
+        }
+        uint32_t nt = nd->ntok;
+        if (nt) {
+            const int32_t *ids = cp_ids + nd->tok0;
+            for (uint32_t k = 0, m = nt & ~GCP_HAS_PART; k < m; k++) out[ids[k]] = 1;
+            if (nt & GCP_HAS_PART) mark_parts(g, v, i, ns, out);
+        }
+        const gset *nss = &g->sets[ns];
+        if (nss->has_tok_top && pend_add(w, v->cp_byte[i], gdec_start(0, 0), ns)) return UB_E_NOMEM;
+        if (!nss->n_char_top_nz) { i = nd->end; continue; }   /* no code point can follow */
+        cs[d] = ns;
+        i++;
+    }
+    return UB_OK;
+}
+
+/* The walk over the byte trie from a partial UTF-8 sequence (value pval, prem > 0 bytes to come, or any state
+ * when the vocabulary has no code-point trie): decodes byte by byte. Caller holds g->mu. */
+static int walk_bytes(ub_grammar *g, walk *w, int32_t set, uint32_t pval, int32_t prem, uint8_t *out) {
+    const ub_gvocab *v = g->vocab;
+    w->dec[0] = gdec_start(pval, prem); w->cs[0] = set;
+    if (g->sets[set].has_tok_top && pend_add(w, 0, w->dec[0], set)) return UB_E_NOMEM;
+    for (uint32_t i = 1; i < v->n_nodes;) {
+        const gnode *nd = &v->nodes[i];
+        uint32_t d = nd->depth;
+        gdec dd = w->dec[d - 1];
+        int32_t s = w->cs[d - 1];
+        uint32_t cp;
+        int em = gdec_byte(&dd, nd->byte, &cp);
+        if (dd.invalid) { i = nd->end; continue; }
+        if (em) {
+            int32_t ns = gram_trans_fast(g, s, cp);
+            if (ns < 0) return UB_E_GRAMMAR_LIMIT;
+            if (ns == 0) { i = nd->end; continue; }
+            s = ns;
+            if (nd->ntok) mark_node(v, nd, -1, out);
+            if (g->sets[s].has_tok_top && pend_add(w, i, dd, s)) return UB_E_NOMEM;
+        } else {
+            if (!g->sets[s].n_char_top_nz) { i = nd->end; continue; }
+            if (nd->ntok && gram_set_partial_ok(g, s, dd.value, dd.n_remain)) mark_node(v, nd, -1, out);
+        }
+        w->dec[d] = dd; w->cs[d] = s;
+        i++;
+    }
+    return UB_OK;
+}
+
 /* The allowed set of (set, partial) into out uint8[n_tokens]. Caller holds g->mu. */
 static int compute_mask(ub_grammar *g, int32_t set, uint32_t pval, int32_t prem, uint8_t *out) {
     const ub_gvocab *v = g->vocab;
     memset(out, 0, (size_t)v->n_tokens);
     if (g->sets[set].has_empty)
-        for (int32_t t = 0; t < v->n_tokens; t++) if (v->eog[t]) out[t] = 1;
+        for (int32_t k = 0; k < v->n_eog; k++) out[v->eog_ids[k]] = 1;
     walk w;
     memset(&w, 0, sizeof w);
     size_t nd1 = (size_t)v->max_depth + 1;
     w.dec = malloc(nd1 * sizeof(gdec)); w.cs = malloc(nd1 * sizeof(int32_t)); w.got = malloc(nd1);
-    int rc = UB_OK;
+    int rc;
     if (!w.dec || !w.cs || !w.got) { rc = UB_E_NOMEM; goto done; }
-    w.dec[0] = gdec_start(pval, prem); w.cs[0] = set;
-    if (g->sets[set].has_tok_top && pend_add(&w, 0, w.dec[0], set)) { rc = UB_E_NOMEM; goto done; }
-    for (uint32_t i = 1; i < v->n_nodes;) {
-        const gnode *nd = &v->nodes[i];
-        uint32_t d = nd->depth;
-        gdec dd = w.dec[d - 1];
-        int32_t s = w.cs[d - 1];
-        uint32_t cp;
-        int em = gdec_byte(&dd, nd->byte, &cp);
-        if (dd.invalid) { i = nd->end; continue; }
-        if (em) {
-            int32_t ns = gram_trans(g, s, cp);
-            if (ns < 0) { rc = UB_E_GRAMMAR_LIMIT; goto done; }
-            if (ns == 0) { i = nd->end; continue; }
-            s = ns;
-            if (nd->ntok) mark_node(v, nd, -1, out);
-            if (g->sets[s].has_tok_top && pend_add(&w, i, dd, s)) { rc = UB_E_NOMEM; goto done; }
-        } else {
-            if (!g->sets[s].n_char_top_nz) { i = nd->end; continue; }
-            if (nd->ntok && gram_set_partial_ok(g, s, dd.value, dd.n_remain)) mark_node(v, nd, -1, out);
-        }
-        w.dec[d] = dd; w.cs[d] = s;
-        i++;
-    }
+    /* the code-point trie is at most as deep as the byte trie: w.cs serves both walks */
+    if (prem <= 0 && v->cpn && g->ucls) rc = walk_cp(g, &w, set, pval, prem, w.cs, out);
+    else rc = walk_bytes(g, &w, set, pval, prem, out);
+    if (rc != UB_OK) goto done;
     for (int64_t k = 0; k < w.n_pend; k++) do_pending(g, &w, &w.pend[k], out);
 done:
     free(w.dec); free(w.cs); free(w.got); free(w.pend);

@@ -41,6 +41,21 @@ typedef struct {
     uint8_t pad;
 } gnode;
 
+/* Code-point trie node (the byte trie decoded from a clean UTF-8 state, invalid sequences dropped), preorder:
+ * node 0 = the root, a node's subtree is [i, end). A node is a byte node where a code point completes. */
+typedef struct {
+    uint32_t end;        /* one past the last node of the subtree */
+    uint32_t cpd;        /* index of its code point in ucp (bits 0..21) | depth in code points << 22 */
+    uint32_t tok0;       /* tokens (no end-of-generation one) whose piece ends here: cp_ids[tok0 .. tok0 + ntok) */
+    uint32_t ntok;       /* bit 31: tokens ending in a partial UTF-8 sequence after this node's code point follow
+                          * (parts[part_start[i] .. part_start[i + 1])) */
+} gcpnode;
+#define GCP_DEPTH_SHIFT 22
+#define GCP_MAX_DEPTH 1023u
+#define GCP_HAS_PART 0x80000000u
+/* A token that ends in a partial UTF-8 sequence (value, n_remain > 0) after its last complete code point. */
+typedef struct { int32_t id; uint32_t value; int32_t n_remain; } gpart;
+
 struct ub_gvocab {
     int32_t n_tokens;
     uint8_t *eog;            /* n_tokens */
@@ -48,6 +63,14 @@ struct ub_gvocab {
     gnode *nodes; uint32_t n_nodes, max_depth;
     int32_t *sorted_ids;     /* token ids in trie order */
     uint32_t *leaf;          /* node of each token (0 = empty piece: the root) */
+    int32_t *eog_ids; int32_t n_eog;  /* the end-of-generation tokens */
+    /* the code-point trie (NULL when a piece is longer than GCP_MAX_DEPTH code points: the byte walk only) */
+    gcpnode *cpn; uint32_t n_cpn, cp_max_depth;
+    uint32_t *ucp; uint32_t n_ucp;   /* the distinct code points of the trie, ascending */
+    uint32_t *cp_byte;       /* byte-trie node of each code-point node */
+    int32_t *cp_ids;         /* token ids in code-point trie order */
+    uint32_t *part_start;    /* [n_cpn + 1] */
+    gpart *parts;
     int refs;
     pthread_mutex_t mu;
 };
@@ -58,8 +81,8 @@ typedef struct {
     int64_t off; int32_t n;  /* stack ids in gram->set_pool[off .. off + n), ascending */
     uint8_t has_empty, n_char_top_nz, has_tok_top, pad;
     int32_t chars_only;      /* the set of its char-top stacks (-1 until computed) */
-    int32_t *ascii;          /* int32[128] transitions (-2 unknown), NULL until first use */
-    uint64_t *uni;           /* uint64[256] direct-mapped transitions of code points >= 128: (cp + 1) << 32 | set */
+    int32_t *tr;             /* int32[n_classes] transitions by code-point class (-2 unknown), NULL until first
+                              * use or when the grammar has more than GRAM_DENSE_CLASSES classes */
     uint8_t *mask;           /* cached allowed set (partial UTF-8 empty), NULL if none */
 } gset;
 
@@ -75,8 +98,14 @@ struct ub_grammar {
     gset *sets; int64_t n_sets, cap_sets;
     int32_t *set_pool; int64_t pool_n, pool_cap;
     int64_t *set_hash; int64_t set_hcap;
-    /* transitions (set, code point >= 128) -> set */
+    /* code-point classes: code points no char element tells apart (the same side of every value and range
+     * bound) share a class, hence every transition; class(cp) = #breakpoints <= cp */
+    uint32_t *brk; int32_t n_brk, n_classes;
+    uint32_t cls_ascii[128];
+    uint32_t *ucls;                      /* class of each of vocab->ucp, NULL without a code-point trie */
+    /* transitions (set, class) -> set of grammars with more than GRAM_DENSE_CLASSES classes */
     uint64_t *tr_key; int32_t *tr_val; int64_t tr_n, tr_cap;
+    int64_t tr_bytes;                    /* bytes of the sets' dense transition tables */
     int64_t mask_bytes;
     int no_mask_cache;                   /* benchmarks: every apply walks the trie */
     int32_t init_set;
@@ -101,12 +130,32 @@ int gram_stacks_init(ub_grammar *g);
 void gram_stacks_free(ub_grammar *g);
 int32_t gram_initial_set(ub_grammar *g);                       /* -1 on a limit */
 int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp);    /* -1 on a limit; 0 = dead */
+/* the same for code point cp of class cls (cls = gram_class(g, cp)) */
+int32_t gram_trans_cls(ub_grammar *g, int32_t set, uint32_t cls, uint32_t cp);
+int gram_classes_init(ub_grammar *g);                          /* brk, cls_ascii, ucls: 0 or -1 (memory) */
+#define GRAM_DENSE_CLASSES 2048
+#define GRAM_DENSE_BUDGET ((int64_t)32 << 20)
 int32_t gram_chars_only(ub_grammar *g, int32_t set);            /* -1 on a limit */
 int32_t gram_token_step(ub_grammar *g, int32_t set, int32_t token, int32_t cp_set);  /* union with cp_set */
 int gram_match_char(const gelem *pos, uint32_t chr, const gelem **after);
 int gram_match_partial(const gelem *pos, uint32_t value, int32_t n_remain);
 int gram_set_partial_ok(ub_grammar *g, int32_t set, uint32_t value, int32_t n_remain);
 int gram_set_token_ok(ub_grammar *g, int32_t set, int32_t token);
+
+static inline uint32_t gram_class(const ub_grammar *g, uint32_t cp) {
+    if (cp < 128) return g->cls_ascii[cp];
+    int32_t lo = 0, hi = g->n_brk;            /* first breakpoint > cp */
+    while (lo < hi) { int32_t m = (lo + hi) >> 1; if (g->brk[m] <= cp) lo = m + 1; else hi = m; }
+    return (uint32_t)lo;
+}
+
+/* gram_trans through the set's dense transition table when the entry is there (the walks' hot path). */
+static inline int32_t gram_trans_fast(ub_grammar *g, int32_t set, uint32_t cp) {
+    uint32_t cls = gram_class(g, cp);
+    const int32_t *tr = g->sets[set].tr;
+    if (tr && tr[cls] != -2) return tr[cls];
+    return gram_trans_cls(g, set, cls, cp);
+}
 
 /* The UTF-8 decoder of llama.cpp's decode_utf8(piece, partial), one byte at a time. */
 typedef struct { uint32_t value; int32_t n_remain; uint8_t phase_a; uint8_t invalid; } gdec;

@@ -289,38 +289,27 @@ static int tr_grow(ub_grammar *g) {
     return 0;
 }
 
-static int32_t gram_trans_slow(ub_grammar *g, int32_t set, uint32_t cp);
-
-int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp) {
-    gset *s = &g->sets[set];
-    if (!s->n_char_top_nz) return 0;
-    if (cp < 128) {
-        if (!s->ascii) {
-            int32_t *a = malloc(128 * sizeof(int32_t));
+/* Transition of `set` by code point cp of class cls: the set's dense table (allocated on first use) or, for
+ * grammars with many classes or once the dense tables hold GRAM_DENSE_BUDGET bytes, the grammar-wide hash table
+ * keyed by (set, class); computed on a miss. */
+int32_t gram_trans_cls(ub_grammar *g, int32_t set, uint32_t cls, uint32_t cp) {
+    if (!g->sets[set].n_char_top_nz) return 0;
+    int64_t need = (int64_t)g->n_classes * (int64_t)sizeof(int32_t);
+    if (g->sets[set].tr || (g->n_classes <= GRAM_DENSE_CLASSES && g->tr_bytes + need <= GRAM_DENSE_BUDGET)) {
+        if (!g->sets[set].tr) {
+            int32_t *a = malloc((size_t)need);
             if (!a) { g->failed = 1; return -1; }
-            for (int i = 0; i < 128; i++) a[i] = -2;
-            g->sets[set].ascii = a;
+            for (int32_t i = 0; i < g->n_classes; i++) a[i] = -2;
+            g->sets[set].tr = a;
+            g->tr_bytes += need;
         }
-        int32_t v = g->sets[set].ascii[cp];
+        int32_t v = g->sets[set].tr[cls];
         if (v != -2) return v;
         v = trans_compute(g, set, cp);
-        if (v >= 0) g->sets[set].ascii[cp] = v;
+        if (v >= 0) g->sets[set].tr[cls] = v;
         return v;
     }
-    if (!s->uni) {
-        s->uni = calloc(256, sizeof(uint64_t));
-        if (!s->uni) { g->failed = 1; return -1; }
-    }
-    uint64_t e = g->sets[set].uni[cp & 255];
-    if ((e >> 32) == (uint64_t)cp + 1) return (int32_t)(uint32_t)e;
-    int32_t v0 = gram_trans_slow(g, set, cp);
-    if (v0 >= 0) g->sets[set].uni[cp & 255] = (((uint64_t)cp + 1) << 32) | (uint32_t)v0;
-    return v0;
-}
-
-/* Code points >= 128: the transition through the grammar-wide hash table (computed on a miss). */
-static int32_t gram_trans_slow(ub_grammar *g, int32_t set, uint32_t cp) {
-    uint64_t key = ((uint64_t)(uint32_t)set << 32) | cp;
+    uint64_t key = ((uint64_t)(uint32_t)set << 32) | cls;
     if (g->tr_cap) {
         uint64_t m = (uint64_t)g->tr_cap - 1, x = mix(key) & m;
         for (; g->tr_key[x] != UINT64_MAX; x = (x + 1) & m)
@@ -333,6 +322,53 @@ static int32_t gram_trans_slow(ub_grammar *g, int32_t set, uint32_t cp) {
     while (g->tr_key[x] != UINT64_MAX) x = (x + 1) & m;
     g->tr_key[x] = key; g->tr_val[x] = v; g->tr_n++;
     return v;
+}
+
+int32_t gram_trans(ub_grammar *g, int32_t set, uint32_t cp) {
+    return gram_trans_cls(g, set, gram_class(g, cp), cp);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The code-point classes of g (g->el compiled, g->vocab set or NULL): breakpoints = every char element's
+ * value and value + 1, every range's upper bound + 1 (code points between two breakpoints compare alike with
+ * every element, so they move every stack set alike); then the class of each ASCII code point and of each of
+ * the vocabulary's distinct code points. 0, or -1 (out of memory). */
+int gram_classes_init(ub_grammar *g) {
+    int64_t nb = 0;
+    for (int64_t k = 0; k < g->n_el; k++) {
+        uint32_t t = g->el[k].type;
+        if (t == UB_GRE_CHAR || t == UB_GRE_CHAR_NOT || t == UB_GRE_CHAR_ALT || t == UB_GRE_CHAR_RNG_UPPER) nb += 2;
+    }
+    if (nb > INT32_MAX / 2) return -1;
+    g->brk = malloc((size_t)(nb ? nb : 1) * sizeof(uint32_t));
+    if (!g->brk) return -1;
+    int64_t w = 0;
+    for (int64_t k = 0; k < g->n_el; k++) {
+        uint32_t t = g->el[k].type, v = g->el[k].value;
+        if (t == UB_GRE_CHAR || t == UB_GRE_CHAR_NOT || t == UB_GRE_CHAR_ALT) g->brk[w++] = v;
+        if (t == UB_GRE_CHAR || t == UB_GRE_CHAR_NOT || t == UB_GRE_CHAR_ALT || t == UB_GRE_CHAR_RNG_UPPER)
+            if (v != UINT32_MAX) g->brk[w++] = v + 1;
+    }
+    if (w > 1) qsort(g->brk, (size_t)w, sizeof(uint32_t), cmp_u32);
+    int64_t u = 0;
+    for (int64_t k = 0; k < w; k++) if (u == 0 || g->brk[u - 1] != g->brk[k]) g->brk[u++] = g->brk[k];
+    g->n_brk = (int32_t)u;
+    g->n_classes = (int32_t)u + 1;
+    for (uint32_t c = 0, b = 0; c < 128; c++) {
+        while (b < (uint32_t)u && g->brk[b] <= c) b++;
+        g->cls_ascii[c] = b;
+    }
+    const ub_gvocab *v = g->vocab;
+    if (v && v->cpn) {
+        g->ucls = malloc((size_t)(v->n_ucp ? v->n_ucp : 1) * sizeof(uint32_t));
+        if (!g->ucls) return -1;
+        for (uint32_t k = 0; k < v->n_ucp; k++) g->ucls[k] = gram_class(g, v->ucp[k]);
+    }
+    return 0;
 }
 
 int32_t gram_chars_only(ub_grammar *g, int32_t set) {
@@ -411,9 +447,9 @@ int gram_stacks_init(ub_grammar *g) {
 }
 
 void gram_stacks_free(ub_grammar *g) {
-    for (int64_t k = 0; k < g->n_sets; k++) { free(g->sets[k].ascii); free(g->sets[k].uni); free(g->sets[k].mask); }
+    for (int64_t k = 0; k < g->n_sets; k++) { free(g->sets[k].tr); free(g->sets[k].mask); }
     free(g->sets); free(g->set_pool); free(g->set_hash);
     free(g->st_elem); free(g->st_parent); free(g->st_hash);
-    free(g->tr_key); free(g->tr_val);
+    free(g->tr_key); free(g->tr_val); free(g->brk); free(g->ucls);
     free(g->seen); free(g->todo); free(g->acc);
 }

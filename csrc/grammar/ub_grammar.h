@@ -1,13 +1,16 @@
 /* ub_grammar: GBNF grammars with llama.cpp 0c1e570's semantics (llama-grammar.cpp), re-written in C.
  *
  * - ub_gvocab: a vocabulary's pieces (token_to_piece with special = true, cut at the first NUL, as llama.cpp's
- *   decode_utf8 reads them) in a byte trie laid out in preorder, plus the end-of-generation flags.
+ *   decode_utf8 reads them) in a byte trie laid out in preorder, the same decoded into a code-point trie (from a
+ *   clean UTF-8 state), plus the end-of-generation flags.
  * - ub_grammar: the parsed rules (llama.cpp's parser: the same elements, symbol ids, repetitions, error
  *   messages), checked (undefined rules, left recursion) and compiled: grammar stacks are interned cons cells,
- *   a set of stacks is interned too, and the transition (stack set, code point) -> stack set is cached, so a
- *   grammar state is one set id plus the partial UTF-8 sequence of the tokens accepted so far.
+ *   a set of stacks is interned too, and the transition (stack set, code-point class) -> stack set is cached
+ *   (code points no char element tells apart form one class), so a grammar state is one set id plus the partial
+ *   UTF-8 sequence of the tokens accepted so far.
  * - ub_gstate: one sequence's position in a grammar (cheap to copy). Applying it to the vocabulary is one walk
- *   of the trie in which shared prefixes are matched once and subtrees no stack can follow are skipped; the
+ *   of the code-point trie (the byte trie after a cut UTF-8 sequence) in which shared prefixes are matched once
+ *   and subtrees no stack can follow are skipped; the
  *   allowed set of a state with no partial UTF-8 is cached per stack set.
  * The allowed set is exactly llama_grammar_apply_impl's: an end-of-generation token iff a stack is empty, a token
  * with an empty piece never, any other token iff llama_grammar_reject_candidates keeps it (a token-element stack

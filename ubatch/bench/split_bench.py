@@ -6,7 +6,7 @@ median of many repetitions after warm-up, with a mock memory attached (as llama_
 once with a memory offering the bulk `_seq_pos_bounds` (the built-in caches' fast path), once with a plain
 Python object that only has seq_pos_min / seq_pos_max (asked only about the batch's sequences, as llama.cpp),
 and once with that plain memory and the whole split loop in one `split_all` call; optionally also for the
-pure-Python reference allocator (ubatch.reference) when this build has it.
+pure-Python reference allocator (ubatch.batch.reference) when this build has it.
 
 llama.cpp's time: by default (--llama-cpp auto) its own llama_batch_allocr is timed live on this machine
 right after each sweep (ubatch/bench/llama_live.py: needs llama-cpp-python and g++), with the same mock
@@ -147,7 +147,7 @@ def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: i
 
 
 def reference_allocator_class():
-    """ubatch.reference.ReferenceAllocator when this build has it, else None."""
+    """ubatch.batch.reference.ReferenceAllocator when this build has it, else None."""
     try:
         from ubatch.batch.reference import ReferenceAllocator
     except ImportError:
@@ -288,7 +288,7 @@ def main_args(args, progress=None) -> int:
         raise SystemExit("--reps and --ref-reps must be >= 1, --warmup >= 0")
     reference = not args.no_reference
     if reference and reference_allocator_class() is None:
-        print("note: the pure-Python reference allocator (ubatch.reference) is not in this build; timing C only")
+        print("note: the pure-Python reference allocator (ubatch.batch.reference) is not in this build; timing C only")
         reference = False
     runs = max(1, getattr(args, "runs", 1))
     mode = getattr(args, "llama_cpp", "json")

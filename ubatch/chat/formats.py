@@ -1,5 +1,5 @@
 """llama-cpp-python 0.3.36's named chat formats (llama-2, chatml, gemma, ...): each turns a conversation into the
-same prompt text and stop strings as its formatter of that name (tests/test_chat_formats.py compares every one
+same prompt text and stop strings as its formatter of that name (tests/chat/test_chat_formats.py compares every one
 with recordings of llama-cpp-python's own formatters, tests/data/chat/formats.json). Their quirks are kept, since
 models were prompted that way through llama-cpp-python: open-orca maps only the roles "User" / "Assistant" (so
 ordinary lower-case turns are left out), saiga maps "bot" and not "assistant", intel keeps a literal

@@ -1,4 +1,6 @@
-"""The compute layer: C kernels and their wrappers, the K/V data and the runner.
+"""The compute layer: C kernels and their wrappers, nothing else (it imports only ubatch.common and ubatch._ffi;
+the K/V data and the model runner are the engine's: ubatch.engine.kv_store, ubatch.engine.model_runner; the
+fused per-layer forward is the model's: ubatch.model.fused).
 
 Kernels (all batch-invariant by construction: a row's result depends on that row's inputs alone, bitwise,
 whatever else is in the call, the tiling or the thread count; AVX-512 VNNI, AVX-VNNI, AVX2 or plain C

@@ -11,13 +11,51 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.compute.backends import active_backend, backends, set_backend  # noqa: F401  (ubatch.kernels.backends() ...)
+from ubatch.compute.backends import active_backend, backends, set_backend  # noqa: F401  (ubatch.compute.kernels.backends() ...)
 
 ROPE_NORM = 0
 ROPE_NEOX = 2
 ROPE_MROPE = 8
 _ROPE_MODES = {ROPE_NORM: "NORM", ROPE_NEOX: "NEOX", ROPE_MROPE: "MROPE"}
 _DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+
+
+class RopeExt:
+    """RoPE beyond base / linear freq_scale, as llama.cpp's ggml_rope_ext takes it: YaRN (ext_factor != 0,
+    ramp between n_ctx_orig's correction dims of beta_fast / beta_slow), the magnitude attn_factor on cos/sin
+    and per-pair frequency factors (float32[n_rot/2]: Llama-3 rope_freqs, LongRoPE long/short factors)."""
+
+    __slots__ = ("ext_factor", "attn_factor", "n_ctx_orig", "beta_fast", "beta_slow", "freq_factors")
+
+    def __init__(self, *, ext_factor: float = 0.0, attn_factor: float = 1.0, n_ctx_orig: int = 1,
+                 beta_fast: float = 32.0, beta_slow: float = 1.0,
+                 freq_factors: Optional[np.ndarray] = None) -> None:
+        self.ext_factor, self.attn_factor = float(ext_factor), float(attn_factor)
+        self.n_ctx_orig, self.beta_fast, self.beta_slow = int(n_ctx_orig), float(beta_fast), float(beta_slow)
+        self.freq_factors = None if freq_factors is None else np.ascontiguousarray(freq_factors, dtype=np.float32)
+
+    def key(self) -> tuple:
+        ff = None if self.freq_factors is None else self.freq_factors.tobytes()
+        return (self.ext_factor, self.attn_factor, self.n_ctx_orig, self.beta_fast, self.beta_slow, ff)
+
+    def cdata(self, n_rot: int, base: float, keep: list):
+        """A filled ub_rope_yarn (its factor buffer appended to keep, which must outlive it)."""
+        ff = ffi.NULL
+        if self.freq_factors is not None:
+            if self.freq_factors.shape != (n_rot // 2,):
+                raise ValueError(f"rope frequency factors have shape {self.freq_factors.shape}, expected "
+                                 f"({n_rot // 2},) (n_rot / 2)")
+            if not np.all(np.isfinite(self.freq_factors)) or not np.all(self.freq_factors != 0):
+                raise ValueError("rope frequency factors must be finite and non-zero")
+            keep.append(self.freq_factors)
+            ff = ffi.from_buffer("float[]", self.freq_factors)
+            keep.append(ff)
+        y = ffi.new("ub_rope_yarn *")
+        rc = lib.ub_rope_yarn_init(y, int(n_rot), self.n_ctx_orig, float(base), self.ext_factor,
+                                   self.attn_factor, self.beta_fast, self.beta_slow, ff)
+        _status(rc, "rope (YaRN parameters: n_ctx_orig, base and beta_fast / beta_slow must be > 0)")
+        keep.append(y)
+        return y
 
 
 def _check_c(arr: np.ndarray, name: str, dtype, ndim: int) -> None:
@@ -48,8 +86,9 @@ def _rope_mode(mode: int) -> None:
 
 
 def rope(x: np.ndarray, pos: np.ndarray, *, n_rot: int, base: float, mode: int = ROPE_NORM,
-         freq_scale: float = 1.0, sections: Optional[Sequence[int]] = None) -> None:
-    """Rotate x: float32[n_rows, n_head, head_dim] in place; pos: int32[n_pos, n_rows] (section-major)."""
+         freq_scale: float = 1.0, sections: Optional[Sequence[int]] = None, ext: Optional[RopeExt] = None) -> None:
+    """Rotate x: float32[n_rows, n_head, head_dim] in place; pos: int32[n_pos, n_rows] (section-major);
+    ext: YaRN / frequency factors (not with M-RoPE)."""
     _check_c(x, "x", np.float32, 3)
     _check_c(pos, "pos", np.int32, 2)
     _rope_mode(mode)
@@ -67,13 +106,15 @@ def rope(x: np.ndarray, pos: np.ndarray, *, n_rot: int, base: float, mode: int =
         if sections is None or len(sections) != 4 or min(sections) < 0:
             raise ValueError(f"M-RoPE needs 4 non-negative sections, got {sections}")
         sec = ffi.new("int32_t[4]", [int(s) for s in sections])
-    rc = lib.ub_rope(_ptr(x, "float *"), n_rows, n_head, head_dim, n_rot, _ptr(pos, "int32_t *"),
-                     pos.shape[0], mode, float(base), float(freq_scale), sec)
+    keep: list = []
+    y = ffi.NULL if ext is None else ext.cdata(n_rot, base, keep)
+    rc = lib.ub_rope_ext(_ptr(x, "float *"), n_rows, n_head, head_dim, n_rot, _ptr(pos, "int32_t *"),
+                         pos.shape[0], mode, float(base), float(freq_scale), sec, y)
     _status(rc, "rope")
 
 
 def rope_shift(k: np.ndarray, delta: np.ndarray, *, n_rot: int, base: float, mode: int = ROPE_NORM,
-               freq_scale: float = 1.0) -> None:
+               freq_scale: float = 1.0, ext: Optional[RopeExt] = None) -> None:
     """K-shift: k: float32/float16[..., n_cells, n_head_kv, head_dim] in place, each cell rotated by
     delta: int32[..., n_cells] (same leading shape); cells with delta 0 are untouched."""
     if not isinstance(k, np.ndarray) or k.dtype not in _DTYPES:
@@ -87,8 +128,10 @@ def rope_shift(k: np.ndarray, delta: np.ndarray, *, n_rot: int, base: float, mod
     n_head_kv, head_dim = k.shape[-2:]
     if not (0 < n_rot <= head_dim) or n_rot % 2:
         raise ValueError(f"n_rot={n_rot} must be even and in (0, head_dim={head_dim}]")
-    rc = lib.ub_rope_shift(_ptr(k, "void *"), _DTYPES[k.dtype], int(delta.size), n_head_kv, head_dim, n_rot,
-                           _ptr(delta, "int32_t *"), mode, float(base), float(freq_scale))
+    keep: list = []
+    y = ffi.NULL if ext is None else ext.cdata(n_rot, base, keep)
+    rc = lib.ub_rope_shift_ext(_ptr(k, "void *"), _DTYPES[k.dtype], int(delta.size), n_head_kv, head_dim, n_rot,
+                               _ptr(delta, "int32_t *"), mode, float(base), float(freq_scale), y)
     _status(rc, "rope_shift")
 
 

@@ -188,7 +188,7 @@ class Context:
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
         if model is not None:
-            from ubatch.compute.runner import ModelRunner   # issue 4; only needed with a model
+            from ubatch.engine.model_runner import ModelRunner   # issue 4; only needed with a model
 
             extra = {}
             if n_swa > 0 and _accepts(ModelRunner.__init__, "kv_size_swa"):

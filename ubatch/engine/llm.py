@@ -40,7 +40,7 @@ def load_model(model):
         return models.tiny_llama()
     if not os.path.isfile(name):
         raise ValueError(f"model {name!r}: not a known model name and no such file")
-    from ubatch.model.gguf_model import Model
+    from ubatch.model.model import Model
     return Model.from_gguf(name)
 
 

@@ -2,7 +2,7 @@
 prompt listing the tools; forced tool: arguments under the tool's schema grammar; auto: a grammar choosing
 "message:" or "functions.<name>:", then each call's arguments, until the model ends its turn) and "functionary"
 (MeetKai functionary v0's TypeScript-like namespace prompt). Same prompts, stop strings, grammars and answers
-as llama-cpp-python (tests/test_chat_tools.py replays its recorded calls). functionary-v1 / -v2:
+as llama-cpp-python (tests/chat/test_chat_tools.py replays its recorded calls). functionary-v1 / -v2:
 ubatch.llama_cpp._functionary."""
 from __future__ import annotations
 

@@ -136,8 +136,9 @@ def check_rope(params) -> None:
 def _rope_model(model, params):
     """The model with the context's RoPE parameters applied as llama.cpp derives them (cparams): rope_freq_base /
     rope_freq_scale 0 = the model's, rope_scaling_type NONE = no scaling, LINEAR = freq_scale; the sliding-window
-    layers keep their own base, unscaled, as in llama.cpp. YaRN (rope_scaling_type YARN, yarn_ext_factor > 0,
-    yarn_attn_factor != 1) and LongRoPE are not implemented by ubatch's RoPE kernel: they raise. A model object
+    layers keep their own base, unscaled, as in llama.cpp. A model's own YaRN / rope factors apply (the attention
+    factor recomputed for the context's freq_scale); YaRN or LongRoPE asked by the context (rope_scaling_type
+    YARN / LONGROPE, yarn_ext_factor > 0, yarn_attn_factor != 1) raise: not implemented as context overrides. A model object
     with other parameters shares the weights (a shallow copy)."""
     if model is None:
         return None
@@ -152,10 +153,18 @@ def _rope_model(model, params):
         scale = 1.0
     if base <= 0.0 or scale <= 0.0:
         raise ValueError(f"rope_freq_base = {base} and rope_freq_scale = {scale} must be > 0")
-    if base == hp.rope_freq_base and scale == hp.rope_freq_scale:
+    # the model's own YaRN (rope.scaling.type yarn) stays on unless the context names another scaling type;
+    # its attention factor follows the context's freq_scale (llama_context's cparams)
+    ext = hp.rope_ext_factor if rtype < 0 else (1.0 if rtype == 2 else 0.0)
+    if float(params.yarn_ext_factor) == 0.0:
+        ext = 0.0
+    from ubatch._ffi import lib
+    attn = float(lib.ub_rope_attn_factor(ext, scale, hp.rope_attn_factor_key))
+    if (base, scale, ext, attn) == (hp.rope_freq_base, hp.rope_freq_scale, hp.rope_ext_factor, hp.rope_attn_factor):
         return model
     m = copy.copy(model)
-    m.hparams = dataclasses.replace(hp, rope_freq_base=base, rope_freq_scale=scale)
+    m.hparams = dataclasses.replace(hp, rope_freq_base=base, rope_freq_scale=scale, rope_ext_factor=ext,
+                                    rope_attn_factor=attn)
     return m
 
 

@@ -36,7 +36,7 @@ def _make(name: str, feature: str):
     def fn(*args, **kwargs):
         raise NotImplementedError(f"{name}: {feature} is not implemented in ubatch.llama_cpp")
     fn.__name__ = fn.__qualname__ = name
-    fn.ubatch_unsupported = feature          # read by tests/test_llama_cpp_names.py
+    fn.ubatch_unsupported = feature          # read by tests/dropin/test_llama_cpp_names.py
     return fn
 
 

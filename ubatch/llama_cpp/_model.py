@@ -61,7 +61,7 @@ class CModel:
         self.vocab_only = bool(params.vocab_only)
         self.model = None
         if not self.vocab_only:
-            from ubatch.model.gguf_model import Model
+            from ubatch.model.model import Model
             self.model = Model.from_gguf(path)
         gf = getattr(self.model, "file", None)
         if gf is not None and hasattr(gf, "metadata") and hasattr(gf, "tensors"):

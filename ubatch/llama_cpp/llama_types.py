@@ -1,6 +1,6 @@
 """llama-cpp-python 0.3.36's `llama_types`: the OpenAI-shaped TypedDicts and aliases its API is annotated with —
 every name it has, each TypedDict with the same fields (and the same required / NotRequired split), so code that
-imports or annotates with them switches unchanged. tests/test_chat_formats.py compares them with the recording in
+imports or annotates with them switches unchanged. tests/chat/test_chat_formats.py compares them with the recording in
 tests/data/chat/llama_types.json."""
 
 import sys

@@ -2,5 +2,6 @@
 (weights), the architecture registry (registry, arch/<name>.py) and Model (model)."""
 from ubatch.model.gguf_file import GGUFError
 from ubatch.model.model import Model
+from ubatch.model.registry import SUPPORTED_ARCHS
 
-__all__ = ["Model", "GGUFError"]
+__all__ = ["Model", "GGUFError", "SUPPORTED_ARCHS"]

@@ -15,6 +15,7 @@ from ubatch.model.gguf_file import GGUFError, GGUFFile
 
 ROPE_NORM = 0   # LLAMA_ROPE_TYPE_NORM: adjacent pairs (llama)
 ROPE_NEOX = 2   # LLAMA_ROPE_TYPE_NEOX: i with i + n_rot/2 (qwen2, gemma3)
+ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")
 
 
 @dataclass
@@ -43,9 +44,30 @@ class HParams:
     final_logit_softcap: float = 0.0   # 0: none
     attn_logit_softcap: float = 0.0    # gemma2: attention scores c * tanh(s / c) before the softmax; 0: none
     moe: Any = None                    # ubatch.model.moe.MoEParams of a mixture-of-experts arch, else None
+    # RoPE scaling beyond linear (llama.cpp's cparams for a context of the model's own parameters)
+    rope_scaling: str = "linear"       # rope.scaling.type: none / linear / yarn / longrope
+    rope_ext_factor: float = 0.0       # YaRN's ext_factor (1 with yarn)
+    rope_attn_factor: float = 1.0      # the context's attn_factor on cos/sin (YaRN's mscale ratio x the key's)
+    rope_attn_factor_key: float = 1.0  # rope.scaling.attn_factor as stored
+    n_ctx_orig_yarn: int = 0           # rope.scaling.original_context_length (default n_ctx_train)
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    rope_pattern: Tuple[bool, ...] = field(default_factory=tuple)   # has_rope per layer (granite: finetuned)
+    no_rope_layer_step: int = 0        # smollm3: layers il with (il + 1) % step == 0 skip RoPE in the forward
+    residual_scale: float = 0.0        # granite / minicpm: attention and FFN outputs x it before the residual add
+    logit_scale: float = 0.0           # granite / minicpm: logits / it
 
     def is_swa(self, il: int) -> bool:
         return bool(self.swa_layers[il]) if self.swa_layers else False
+
+    def has_rope(self, il: int) -> bool:
+        """llama.cpp's has_rope(il): whether the K-shift re-rotates layer il."""
+        return bool(self.rope_pattern[il]) if self.rope_pattern else True
+
+    def uses_rope(self, il: int) -> bool:
+        """Whether the forward rotates Q/K of layer il (has_rope, and not a smollm3 NoPE layer)."""
+        step = self.no_rope_layer_step
+        return self.has_rope(il) and not (step and (il + 1) % step == 0)
 
     def rope_params(self, il: int) -> Tuple[float, float]:
         """(freq_base, freq_scale) of layer il (real-models.md §1.3)."""
@@ -122,9 +144,11 @@ def check_hparams(f: GGUFFile, hp: "HParams") -> None:
         raise GGUFError(f"{f.path}: {a}.rope.dimension_count = {hp.n_rot} must be even")
 
 
-def read_hparams(f: GGUFFile, arch: str, rope_type: int, *, experts: bool = False) -> HParams:
+def read_hparams(f: GGUFFile, arch: str, rope_type: int, *, experts: bool = False,
+                 partial_rope: bool = False) -> HParams:
     """The hyperparameters every architecture shares (llama_model_base::load_hparams); experts=True: the
-    arch reads expert_count itself (ubatch.model.moe), else a file with experts is refused."""
+    arch reads expert_count itself (ubatch.model.moe), else a file with experts is refused; partial_rope: the
+    architecture rotates only the first rope.dimension_count dims of a head (phi3), else they must be equal."""
     k = _Keys(f, arch)
     n_embd = _int(f, f"{arch}.embedding_length", k.req("embedding_length"))
     n_layer = _int(f, f"{arch}.block_count", k.req("block_count"))
@@ -149,20 +173,29 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int, *, experts: bool = Fals
     if head_k != head_v:
         raise GGUFError(f"{f.path}: {arch}.attention.key_length {head_k} != value_length {head_v} (not supported)")
     n_rot = _int(f, f"{arch}.rope.dimension_count", k.get("rope.dimension_count", head_k))
-    if n_rot != head_k:
+    if n_rot > head_k or (n_rot != head_k and not partial_rope):
         raise GGUFError(f"{f.path}: invalid n_rot: {n_rot}, expected {head_k}")
     eps = _float(f, f"{arch}.attention.layer_norm_rms_epsilon", k.req("attention.layer_norm_rms_epsilon"))
     scaling = k.get("rope.scaling.type", "linear")
-    if not isinstance(scaling, str) or scaling not in ("none", "linear"):
-        raise GGUFError(f"{f.path}: {arch}.rope.scaling.type = {scaling!r} is not supported (none, linear)")
+    if not isinstance(scaling, str) or scaling not in ROPE_SCALINGS:
+        raise GGUFError(f"{f.path}: {arch}.rope.scaling.type = {scaling!r} is not supported "
+                        f"({', '.join(ROPE_SCALINGS)})")
     fkey = f"{arch}.rope.scaling.factor" if f"{arch}.rope.scaling.factor" in f.metadata else f"{arch}.rope.scale_linear"
     factor = f.metadata.get(fkey, 0.0)
     if isinstance(factor, (int, float, np.number)) and not isinstance(factor, bool) and factor == 0:
         factor = 0.0
     else:
         factor = _float(f, fkey, factor)
-    freq_scale = 1.0 if (not factor or scaling == "none") else 1.0 / factor
+    freq_scale = 1.0 if (not factor or scaling == "none") else float(np.float32(1.0) / np.float32(factor))
     freq_base = _float(f, f"{arch}.rope.freq_base", k.get("rope.freq_base", 10000.0))
+    attn_key = _float(f, f"{arch}.rope.scaling.attn_factor", k.get("rope.scaling.attn_factor", 1.0))
+    n_ctx_orig = _int(f, f"{arch}.rope.scaling.original_context_length",
+                      k.get("rope.scaling.original_context_length", n_ctx_train))
+    if k.get("rope.scaling.yarn_log_multiplier", 0.0) not in (0, 0.0):
+        raise GGUFError(f"{f.path}: {arch}.rope.scaling.yarn_log_multiplier is not supported")
+    ext = 1.0 if scaling == "yarn" else 0.0
+    from ubatch._ffi import lib
+    attn = float(lib.ub_rope_attn_factor(ext, freq_scale, attn_key))
     toks = f.metadata.get("tokenizer.ggml.tokens")
     if toks is not None and f.metadata.get("tokenizer.ggml.model") != "no_vocab":
         n_vocab = len(toks)
@@ -178,7 +211,9 @@ def read_hparams(f: GGUFFile, arch: str, rope_type: int, *, experts: bool = Fals
     return HParams(arch=arch, n_vocab=int(n_vocab), n_embd=n_embd, n_layer=n_layer, n_head=n_head,
                    n_head_kv=n_head_kv, n_ff=n_ff, head_dim=head_k, n_rot=n_rot, n_ctx_train=n_ctx_train,
                    rms_eps=eps, rope_type=rope_type, rope_freq_base=freq_base, rope_freq_scale=freq_scale,
-                   swa_layers=tuple([False] * n_layer), kq_scale=1.0 / math.sqrt(head_k))
+                   swa_layers=tuple([False] * n_layer), kq_scale=1.0 / math.sqrt(head_k), rope_scaling=scaling,
+                   rope_ext_factor=ext, rope_attn_factor=attn, rope_attn_factor_key=attn_key,
+                   n_ctx_orig_yarn=n_ctx_orig)
 
 
 __all__ = ["HParams", "read_hparams", "check_hparams", "ROPE_NORM", "ROPE_NEOX"]

@@ -12,7 +12,7 @@ an optional shared expert with a sigmoid gate).
 
 Batch invariance: each expert's products of a row are computed by ub_matmul on that row alone (its rows are
 gathered per expert; ub_matmul's output rows are bitwise independent of the call's row count), so a row's
-result does not depend on which other rows chose the same experts (tests/test_arch_moe.py)."""
+result does not depend on which other rows chose the same experts (tests/model/test_arch_moe.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -26,6 +26,16 @@ class Weight:
         self.data = info.data.reshape(self.n_rows, info.nbytes // self.n_rows)
         self._qw = None
 
+    def rows(self, start: int, stop: int, name: str) -> "Weight":
+        """Rows [start, stop) of this matrix as a Weight over the same bytes (no copy): the Q, K, V parts of
+        a fused attn_qkv, the gate and up halves of a fused ffn_up."""
+        if not 0 <= start < stop <= self.n_rows:
+            raise ValueError(f"{self.name}: rows [{start}, {stop}) out of [0, {self.n_rows})")
+        w = Weight.__new__(Weight)
+        w.name, w.ggml_type, w.n_cols, w.n_rows = name, self.ggml_type, self.n_cols, stop - start
+        w.data, w._qw = self.data[start:stop], None
+        return w
+
     @property
     def type_name(self) -> str:
         return GGML_TYPES[self.ggml_type][0]

@@ -20,7 +20,7 @@ def load_model(name_or_path: str):
     if name_or_path in ("tiny-llama", "tiny_llama"):
         return models.tiny_llama()
     if os.path.exists(name_or_path):
-        from ubatch.model.gguf_model import Model
+        from ubatch.model.model import Model
         return Model.from_gguf(name_or_path)
     raise ValueError(f"unknown model {name_or_path!r}: give 'tiny-llama' or the path of a GGUF file")
 

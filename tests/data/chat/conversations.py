@@ -1,5 +1,5 @@
 """The conversations, templates and tool requests the chat recordings were made with (record.py) and the tests
-replay (tests/test_chat_formats.py, tests/test_chat_tools.py). Plain data, no dependency."""
+replay (tests/chat/test_chat_formats.py, tests/chat/test_chat_tools.py). Plain data, no dependency."""
 
 CONVERSATIONS = {
     "user": [{"role": "user", "content": "Hello!"}],

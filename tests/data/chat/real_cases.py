@@ -1,5 +1,5 @@
 """The create_chat_completion calls recorded by record_real.py on the real test models and replayed by
-tests/test_chat_realmodel.py (a module of its own: the test must import it without llama-cpp-python)."""
+tests/chat/test_chat_realmodel.py (a module of its own: the test must import it without llama-cpp-python)."""
 import os
 import sys
 

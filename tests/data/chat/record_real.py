@@ -1,5 +1,5 @@
 """Records the prompt token ids llama-cpp-python 0.3.36's Llama.create_chat_completion builds on the two real
-test models (vocab_only=True: the vocabulary and metadata, no weights), for tests/test_chat_realmodel.py:
+test models (vocab_only=True: the vocabulary and metadata, no weights), for tests/chat/test_chat_realmodel.py:
 
     python tests/data/chat/record_real.py     # writes tests/data/chat/real_prompts.json
 

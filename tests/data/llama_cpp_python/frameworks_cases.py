@@ -1,4 +1,4 @@
-"""The framework calls of tests/test_llama_cpp_frameworks.py and record_frameworks.py: LangChain's LlamaCpp /
+"""The framework calls of tests/dropin/test_llama_cpp_frameworks.py and record_frameworks.py: LangChain's LlamaCpp /
 ChatLlamaCpp / LlamaCppEmbeddings (langchain-community) and LlamaIndex's LlamaCPP, used as their documentation shows,
 greedy (temperature 0, LangChain's default repeat penalty 1.1 turned off so that the tokens are the argmax of the
 logits). Whichever `llama_cpp` is importable (the real one, or ubatch's after install_as_llama_cpp()) runs them."""

@@ -1,7 +1,7 @@
 """Records what LangChain's and LlamaIndex's llama.cpp integrations return over the REAL llama-cpp-python 0.3.36
 (greedy, repeat penalty off), with the greedy tokens and every step's top-2 logit margin of the same prompts, into
 frameworks.json. Needs llama-cpp-python, langchain-community and llama-index-llms-llama-cpp installed; run from the
-repository root: `python tests/data/llama_cpp_python/record_frameworks.py`. tests/test_llama_cpp_frameworks.py
+repository root: `python tests/data/llama_cpp_python/record_frameworks.py`. tests/dropin/test_llama_cpp_frameworks.py
 runs the same integration calls over ubatch.llama_cpp (install_as_llama_cpp) and compares."""
 import json
 import os

@@ -1,6 +1,6 @@
 """Writes names.json: the public names of llama-cpp-python 0.3.36's modules (`import llama_cpp` and the submodules
 third-party code imports), as the real package defines them. Run with the real llama-cpp-python installed:
-`python tests/data/llama_cpp_python/record_names.py`. tests/test_llama_cpp_names.py checks ubatch.llama_cpp
+`python tests/data/llama_cpp_python/record_names.py`. tests/dropin/test_llama_cpp_names.py checks ubatch.llama_cpp
 against it."""
 import importlib
 import json

@@ -10,8 +10,10 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
+from ubatch.compute import kernels
+from ubatch.model import fused
 from ubatch.model import ops
+from ubatch.model.arch.llama import n_ctx_seq, rope_ext
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NEOX, HParams, _float, _int, read_hparams
 from ubatch.model.weights import TensorSource, Weight
@@ -107,7 +109,7 @@ def embed(model, tokens: np.ndarray) -> np.ndarray:
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return forward_reference(model, step, x, keep)
@@ -127,8 +129,9 @@ def forward_reference(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarra
         v = np.ascontiguousarray(ops.matmul(h, L.wv, nt).reshape(n, hp.n_head_kv, hd))
         q, k = np.ascontiguousarray(q, np.float32), np.ascontiguousarray(k, np.float32)
         base, scale = hp.rope_params(il)
-        kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
-        kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
+        ext = rope_ext(model, il, n_ctx_seq(step))
+        kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale, ext=ext)
+        kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale, ext=ext)
         q *= qs
         o = step.attend(il, q, k, v, hp.kq_scale, softcap=hp.attn_logit_softcap)
         a = ops.matmul(o, L.wo, nt)

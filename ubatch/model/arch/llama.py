@@ -1,5 +1,12 @@
-"""llama (TinyLlama, SmolLM, Llama-style files): NORM RoPE, GQA, SwiGLU, optional biases, tied output
-(real-models.md §3.2). qwen2 reuses this decoder with required Q/K/V biases and NEOX RoPE."""
+"""llama (TinyLlama, SmolLM, Llama 2/3 style files): NORM RoPE with every scaling llama.cpp reads (none, linear,
+YaRN, Llama-3 `rope_freqs.weight` factors; LongRoPE factors), GQA, SwiGLU, optional biases, tied output
+(real-models.md §3.2).
+
+This module also holds the decoder the other dense architectures share (qwen2, qwen3, phi3, granite, olmo2,
+minicpm, smollm3): `Layer` with its optional pieces (pre-norms, Q/K/V/O biases, per-head or whole-row Q/K
+RMSNorm, post-norms), `decoder_forward` (the reference path: one kernel call per operation) and the
+hyperparameter-driven options (rope scaling and factors, NoPE layers, Q scale, residual / embedding / logit
+multipliers) that the fused C layer (ubatch.model.fused) applies the same way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,9 +14,9 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.compute import fused, kernels
-from ubatch.model import moe, ops
-from ubatch.model.gguf_file import GGUFFile
+from ubatch.compute import kernels
+from ubatch.model import fused, moe, ops
+from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 from ubatch.model.weights import TensorSource, Weight
 
@@ -19,12 +26,12 @@ ROPE_TYPE = ROPE_NORM
 
 @dataclass
 class Layer:
-    attn_norm: np.ndarray
+    attn_norm: Optional[np.ndarray]        # None: no pre-norm (olmo2)
     wq: Weight
     wk: Weight
     wv: Weight
     wo: Weight
-    ffn_norm: np.ndarray
+    ffn_norm: Optional[np.ndarray]
     w_gate: Weight
     w_up: Weight
     w_down: Weight
@@ -32,8 +39,10 @@ class Layer:
     bk: Optional[np.ndarray] = None
     bv: Optional[np.ndarray] = None
     bo: Optional[np.ndarray] = None
-    q_norm: Optional[np.ndarray] = None    # per-head RMSNorm of Q / K after the biases, before RoPE (qwen3moe)
+    q_norm: Optional[np.ndarray] = None    # [head_dim] per head, or [n_head*head_dim] over the row (olmo2)
     k_norm: Optional[np.ndarray] = None
+    post_attn_norm: Optional[np.ndarray] = None
+    post_ffw_norm: Optional[np.ndarray] = None
     moe: Optional[object] = None           # ubatch.model.moe.MoEWeights: the FFN is a mixture of experts
 
 
@@ -44,6 +53,9 @@ class Weights:
     output: Weight               # token_embd when the file has no output.weight (tied)
     layers: List[Layer]
     output_bias: Optional[np.ndarray] = None
+    rope_freqs: Optional[np.ndarray] = None   # float32[n_rot/2]: Llama-3 factors, all layers
+    rope_long: Optional[np.ndarray] = None    # LongRoPE factors for contexts beyond n_ctx_orig_yarn
+    rope_short: Optional[np.ndarray] = None
 
     @property
     def tied(self) -> bool:
@@ -54,13 +66,31 @@ def load_hparams(f: GGUFFile) -> HParams:
     return read_hparams(f, NAME, ROPE_TYPE)
 
 
-def load_decoder(src: TensorSource, hp: HParams, *, require_qkv_bias: bool, ffn_bias: bool) -> Weights:
+def load_rope_factors(src: TensorSource, hp: HParams, *, longrope: Optional[bool] = None) -> dict:
+    """The rope factor tensors as llama.cpp's loaders take them (shape {n_rot/2}, optional): rope_freqs, or
+    with LongRoPE (longrope=None: when rope.scaling.type is longrope) rope_factors_long / short."""
+    if longrope is None:
+        longrope = hp.rope_scaling == "longrope"
+    half = hp.n_rot // 2
+    if longrope:
+        return {"rope_long": src.vector("rope_factors_long.weight", half, required=False),
+                "rope_short": src.vector("rope_factors_short.weight", half, required=False)}
+    return {"rope_freqs": src.vector("rope_freqs.weight", half, required=False)}
+
+
+def refuse_ffn_bias(src: TensorSource, p: str) -> None:
+    for b in ("ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"):
+        if src.f.tensors.get(p + b) is not None:
+            raise GGUFError(f"{src.f.path}: tensor '{p + b}' (FFN biases) is not supported")
+
+
+def load_decoder(src: TensorSource, hp: HParams, *, require_qkv_bias: bool, ffn_bias: bool,
+                 qk_norm: bool = False) -> Weights:
+    """The llama-style decoder's tensors (qwen2: required Q/K/V biases; qk_norm: per-head Q/K norms, qwen3)."""
     e, hq, hk = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
     tok = src.matrix("token_embd.weight", e, hp.n_vocab)
     out = src.matrix("output.weight", e, hp.n_vocab, required=False)
-    if src.f.tensors.get("rope_freqs.weight") is not None:
-        from ubatch.model.gguf_file import GGUFError
-        raise GGUFError(f"{src.f.path}: tensor 'rope_freqs.weight' (Llama-3 rope factors) is not supported")
+    factors = load_rope_factors(src, hp)
     layers = []
     for i in range(hp.n_layer):
         p = f"blk.{i}."
@@ -74,14 +104,13 @@ def load_decoder(src: TensorSource, hp: HParams, *, require_qkv_bias: bool, ffn_
             w_down=src.matrix(p + "ffn_down.weight", hp.n_ff, e),
             bq=src.vector(p + "attn_q.bias", hq, **opt), bk=src.vector(p + "attn_k.bias", hk, **opt),
             bv=src.vector(p + "attn_v.bias", hk, **opt),
-            bo=src.vector(p + "attn_output.bias", e, required=False) if ffn_bias else None))
-        for b in ("ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"):
-            if src.f.tensors.get(p + b) is not None:
-                from ubatch.model.gguf_file import GGUFError
-                raise GGUFError(f"{src.f.path}: tensor '{p + b}' (FFN biases) is not supported")
+            bo=src.vector(p + "attn_output.bias", e, required=False) if ffn_bias else None,
+            q_norm=src.vector(p + "attn_q_norm.weight", hp.head_dim) if qk_norm else None,
+            k_norm=src.vector(p + "attn_k_norm.weight", hp.head_dim) if qk_norm else None))
+        refuse_ffn_bias(src, p)
     return Weights(tok_embd=tok, output_norm=src.vector("output_norm.weight", e),
                    output=out if out is not None else tok, layers=layers,
-                   output_bias=src.vector("output.bias", hp.n_vocab, required=False))
+                   output_bias=src.vector("output.bias", hp.n_vocab, required=False), **factors)
 
 
 def load_weights(src: TensorSource, hp: HParams) -> Weights:
@@ -94,40 +123,86 @@ def _add(y: np.ndarray, b: Optional[np.ndarray]) -> np.ndarray:
     return y
 
 
+def n_ctx_seq(step) -> int:
+    """The context's cells per sequence (llama.cpp's n_ctx_seq): the main K/V store's size."""
+    return int(step.runner.stores[0].kv_size)
+
+
+def rope_ext(model, il: int, n_ctx: int) -> Optional[kernels.RopeExt]:
+    """Layer il's YaRN / attention factor / frequency factors as llama.cpp's graph passes them to
+    ggml_rope_ext (None: plain RoPE). LongRoPE's long factors apply when n_ctx (the context's n_ctx_seq)
+    exceeds rope.scaling.original_context_length, the short ones otherwise (llama_model::get_rope_factors).
+    Sliding-window layers (gemma3) keep plain RoPE."""
+    hp: HParams = model.hparams
+    if hp.n_swa > 0 and hp.is_swa(il):
+        return None
+    W = model.weights
+    ff = getattr(W, "rope_freqs", None)
+    if ff is None:
+        ff = getattr(W, "rope_long", None) if n_ctx > hp.n_ctx_orig_yarn else getattr(W, "rope_short", None)
+    if ff is None and hp.rope_ext_factor == 0.0 and hp.rope_attn_factor == 1.0:
+        return None
+    return kernels.RopeExt(ext_factor=hp.rope_ext_factor, attn_factor=hp.rope_attn_factor,
+                           n_ctx_orig=hp.n_ctx_orig_yarn, beta_fast=hp.yarn_beta_fast,
+                           beta_slow=hp.yarn_beta_slow, freq_factors=ff)
+
+
+def _norm_heads(y: np.ndarray, w: Optional[np.ndarray], n: int, eps: float) -> np.ndarray:
+    """RMSNorm of Q or K y [n, heads*hd] per head (w [hd]) or over the whole row (w [heads*hd])."""
+    if w is None:
+        return y
+    return ops.rms_norm(y.reshape(n, -1, w.shape[0]), w, eps).reshape(n, -1)
+
+
 def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The llama/qwen2 block stack over one ubatch; returns the residual stream of rows `keep`."""
+    """The shared dense block stack over one ubatch (the reference path); returns the residual stream of
+    rows `keep`. Every optional piece of Layer and every multiplier of HParams is applied where llama.cpp's
+    graphs apply it."""
     hp: HParams = model.hparams
     W: Weights = model.weights
-    n, nt = x.shape[0], step.n_threads
+    n, nt, eps = x.shape[0], step.n_threads, hp.rms_eps
     hd = hp.head_dim
+    qs, rs = np.float32(hp.q_scale), np.float32(hp.residual_scale)
+    nctx = n_ctx_seq(step)
     for il, L in enumerate(W.layers):
-        h = ops.rms_norm(x, L.attn_norm, hp.rms_eps)
-        q = _add(ops.matmul(h, L.wq, nt), L.bq).reshape(n, hp.n_head, hd)
-        k = _add(ops.matmul(h, L.wk, nt), L.bk).reshape(n, hp.n_head_kv, hd)
+        h = ops.rms_norm(x, L.attn_norm, eps) if L.attn_norm is not None else x
+        q = _norm_heads(_add(ops.matmul(h, L.wq, nt), L.bq), L.q_norm, n, eps)
+        k = _norm_heads(_add(ops.matmul(h, L.wk, nt), L.bk), L.k_norm, n, eps)
         v = _add(ops.matmul(h, L.wv, nt), L.bv).reshape(n, hp.n_head_kv, hd)
-        if L.q_norm is not None:
-            q = ops.rms_norm(q, L.q_norm, hp.rms_eps)
-        if L.k_norm is not None:
-            k = ops.rms_norm(k, L.k_norm, hp.rms_eps)
-        base, scale = hp.rope_params(il)
-        kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
-        kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale)
-        o = step.attend(il, q, k, v, hp.kq_scale)
+        q = np.ascontiguousarray(q.reshape(n, hp.n_head, hd), dtype=np.float32)
+        k = np.ascontiguousarray(k.reshape(n, hp.n_head_kv, hd), dtype=np.float32)
+        if hp.uses_rope(il):
+            base, scale = hp.rope_params(il)
+            ext = rope_ext(model, il, nctx)
+            kernels.rope(q, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale, ext=ext)
+            kernels.rope(k, step.pos, n_rot=hp.n_rot, base=base, mode=hp.rope_type, freq_scale=scale, ext=ext)
+        if qs != 1.0:
+            q *= qs
+        o = step.attend(il, q, k, np.ascontiguousarray(v), hp.kq_scale)
         a = _add(ops.matmul(o, L.wo, nt), L.bo)
         if il == hp.n_layer - 1:
             a, x = a[keep], x[keep]
+        if L.post_attn_norm is not None:
+            a = ops.rms_norm(a, L.post_attn_norm, eps)
+        if rs:
+            a = a * rs
         x = x + a
-        h = ops.rms_norm(x, L.ffn_norm, hp.rms_eps)
+        h = ops.rms_norm(x, L.ffn_norm, eps) if L.ffn_norm is not None else x
         if L.moe is not None:
             x = x + moe.ffn(L.moe, hp, h, nt)
             continue
         f = ops.silu_mul(ops.matmul(h, L.w_gate, nt), ops.matmul(h, L.w_up, nt))
-        x = x + ops.matmul(f, L.w_down, nt)
+        d = ops.matmul(f, L.w_down, nt)
+        if L.post_ffw_norm is not None:
+            d = ops.rms_norm(d, L.post_ffw_norm, eps)
+        if rs:
+            d = d * rs
+        x = x + d
     return x
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The layer stack: one C call per layer (ubatch.compute.fused), or the Python reference path."""
+    """The layer stack: one C call per layer (ubatch.model.fused), or the Python reference path."""
     if fused.enabled(model):
         return fused.forward(model, step, x, keep)
     return decoder_forward(model, step, x, keep)
@@ -137,12 +212,19 @@ forward_reference = decoder_forward
 
 
 def embed(model, tokens: np.ndarray) -> np.ndarray:
-    return ops.get_rows(model.weights.tok_embd, tokens)
+    """Token embeddings (x embedding_scale when the architecture has one: granite, minicpm)."""
+    x = ops.get_rows(model.weights.tok_embd, tokens)
+    if model.hparams.embd_scale != 1.0:
+        x *= np.float32(model.hparams.embd_scale)
+    return x
 
 
 def logits(model, xn: np.ndarray, n_threads: Optional[int]) -> np.ndarray:
+    """lm head (+ output.bias; / logit_scale: granite, minicpm)."""
     W = model.weights
     y = ops.matmul(xn, W.output, n_threads)
     if W.output_bias is not None:
         y += W.output_bias
+    if model.hparams.logit_scale:
+        y *= np.float32(1.0) / np.float32(model.hparams.logit_scale)
     return y

@@ -1,0 +1,93 @@
+"""Records llama.cpp's logits on the tiny random-weight models of tests/model/tiny_arch.py (gemma2, qwen2moe, qwen3moe;
+f32 and q8_0) with llama-cpp-python 0.3.36 (python tests/model/record_arch.py; tests never import this file).
+
+For each model: the scenario of arch_scenario.py (four sequences of different lengths prefilled in one
+llama_decode call with every row's logits, then GEN rounds of one fixed token per sequence) run under the
+llama.cpp configurations CONFIGS (n_ubatch, n_threads, kv_unified; f32 K/V, no flash attention, n_ctx 256).
+Written to tests/data/arch/<model>.npz:
+    logits            float32[rows, n_vocab]: the first configuration's logits, rows in scenario order
+    top2_<cfg>        int32[rows, 2] / float32 top2v_<cfg>: each configuration's two largest logits
+    maxdiff_<cfg>     float32[rows]: per-row max |logit - first configuration's| over the whole vocabulary
+and tests/data/arch/<model>.json: the model file's sha256 (as tiny_arch.write produces it), the scenario, the
+configurations, llama-cpp-python's version and the spread (max of maxdiff over rows and configurations)."""
+import ctypes
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "support")]
+import arch_scenario as S  # noqa: E402
+import tiny_arch  # noqa: E402
+
+import llama_cpp as L  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(HERE), "data", "arch")
+
+
+def run(path: str, cfg: dict) -> np.ndarray:
+    """The scenario's logits (rows in scenario order) under one llama.cpp configuration."""
+    mp = L.llama_model_default_params()
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    if not model:
+        raise SystemExit(f"llama.cpp could not load {path}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = S.N_CTX, 512, cfg["n_ubatch"], S.N_SEQ
+    cp.n_threads = cp.n_threads_batch = cfg["n_threads"]
+    cp.kv_unified = cfg["kv_unified"]
+    cp.type_k = cp.type_v = 0                 # GGML_TYPE_F32
+    cp.flash_attn_type = 0                    # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, cp)
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    out = []
+    for step in S.steps():
+        n = len(step)
+        b = L.llama_batch_init(n, 0, 1)
+        b.n_tokens = n
+        for i, (tok, pos, seq) in enumerate(step):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, True
+            b.seq_id[i][0] = seq
+        rc = L.llama_decode(ctx, b)
+        if rc != 0:
+            raise SystemExit(f"llama_decode returned {rc}")
+        for i in range(n):
+            p = L.llama_get_logits_ith(ctx, i)
+            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)), (n_vocab,)).copy())
+        L.llama_batch_free(b)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    return np.stack(out).astype(np.float32)
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    L.llama_backend_init()
+    with tempfile.TemporaryDirectory() as td:
+        for name in tiny_arch.SPECS:
+            path = tiny_arch.write(name, os.path.join(td, name + ".gguf"))
+            runs = {c["tag"]: run(path, c) for c in S.CONFIGS}
+            first = runs[S.CONFIGS[0]["tag"]]
+            arrs = {"logits": first}
+            spread = 0.0
+            for tag, lg in runs.items():
+                top = np.argsort(-lg, axis=1, kind="stable")[:, :2].astype(np.int32)
+                arrs[f"top2_{tag}"] = top
+                arrs[f"top2v_{tag}"] = np.take_along_axis(lg, top, axis=1)
+                arrs[f"maxdiff_{tag}"] = np.abs(lg - first).max(axis=1).astype(np.float32)
+                spread = max(spread, float(arrs[f"maxdiff_{tag}"].max()))
+            np.savez_compressed(os.path.join(OUT, name + ".npz"), **arrs)
+            doc = {"model": name, "sha256": tiny_arch.sha256(path), "llama_cpp_python": L.__version__,
+                   "configs": S.CONFIGS, "scenario": S.describe(), "rows": int(first.shape[0]),
+                   "spread": spread,
+                   "made_by": "python tests/model/record_arch.py (llama-cpp-python 0.3.36, llama.cpp 0c1e570, CPU, f32 K/V, "
+                              "no flash attention)"}
+            with open(os.path.join(OUT, name + ".json"), "w") as f:
+                json.dump(doc, f, indent=1)
+            print(name, "rows", first.shape[0], "spread", spread)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""KVStore: the K/V data of one KV cache (the runner owns it; the cache's cells/metadata live in
+ubatch.memory). Per layer it serves, `k[il]` / `v[il]`: float32|float16[n_stream, kv_size, n_head_kv, head_dim]
+(cells never written hold zeros), plus `pos`: int32[n_stream, kv_size], the position each cell's K was
+rotated for (-1 = never written), kept through stream copies and K-shifts so the runner can apply the
+sliding-window test itself. Everything here is whole-array numpy work (no Python loop per cell)."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ubatch._ffi import ffi
+from ubatch.compute import kernels
+
+KV_TYPES = {"f32": np.float32, "f16": np.float16}
+
+
+class KVStore:
+    def __init__(self, layers: Sequence[int], *, n_stream: int, kv_size: int, n_head_kv: int, head_dim: int,
+                 type_k: str = "f32", type_v: str = "f32") -> None:
+        for name, t in (("type_k", type_k), ("type_v", type_v)):
+            if t not in KV_TYPES:
+                raise ValueError(f"{name}={t!r} is not supported (use 'f32' or 'f16')")
+        if int(n_stream) < 1 or int(kv_size) < 1:
+            raise ValueError(f"n_stream={n_stream} and kv_size={kv_size} must be >= 1")
+        self.layers = [int(l) for l in layers]
+        self.n_stream, self.kv_size = int(n_stream), int(kv_size)
+        shape = (self.n_stream, self.kv_size, int(n_head_kv), int(head_dim))
+        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_k]) for l in self.layers}
+        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_v]) for l in self.layers}
+        self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
+        self._ptrs: Dict[Tuple[int, str], object] = {}
+
+    def ptr(self, layer: int, which: str):
+        """A cffi pointer to the data of k[layer] / v[layer] (which = "k" / "v"); the arrays are never
+        replaced (every operation writes into them), so the pointer is made once."""
+        p = self._ptrs.get((layer, which))
+        if p is None:
+            a = (self.k if which == "k" else self.v)[layer]
+            p = self._ptrs[(layer, which)] = ffi.from_buffer("uint8_t[]", a)
+        return p
+
+    def _arrays(self) -> List[np.ndarray]:
+        return [self.k[l] for l in self.layers] + [self.v[l] for l in self.layers] + [self.pos]
+
+    # ---- whole-store operations ---------------------------------------------------------------------
+    def check_copies(self, copies: Sequence[Tuple[int, int]]) -> List[Tuple[int, int]]:
+        pairs = []
+        for c in copies:
+            src, dst = int(c[0]), int(c[1])
+            for name, s in (("src", src), ("dst", dst)):
+                if not 0 <= s < self.n_stream:
+                    raise ValueError(f"stream copy {name} stream {s} out of range [0, {self.n_stream})")
+            pairs.append((src, dst))
+        return pairs
+
+    def check_shift(self, shift: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        if shift is None:
+            return None
+        delta = np.ascontiguousarray(shift)
+        if delta.shape != (self.n_stream, self.kv_size):
+            raise ValueError(f"shift shape {delta.shape} != (n_stream, kv_size) = {(self.n_stream, self.kv_size)}")
+        if not np.issubdtype(delta.dtype, np.integer):
+            raise ValueError(f"shift must be an integer array, got {delta.dtype}")
+        return delta.astype(np.int32, copy=False)
+
+    def copy_streams(self, pairs: Sequence[Tuple[int, int]]) -> None:
+        for src, dst in pairs:
+            for a in self._arrays():
+                a[dst] = a[src]
+
+    def shift(self, delta: Optional[np.ndarray], rope: Callable[[int], Tuple[int, int, float, float]]) -> None:
+        """Re-rotate cached K by delta (per cell, 0 = untouched); rope(il) -> (n_rot, mode, base, scale[, ext]) or None (not shifted)."""
+        if delta is None or not delta.any():
+            return
+        for l in self.layers:
+            r = rope(l)
+            if r is None:      # a layer without RoPE (granite without rope.scaling.finetuned)
+                continue
+            n_rot, mode, base, scale, *ext = r
+            kernels.rope_shift(self.k[l], delta, n_rot=n_rot, base=base, mode=mode, freq_scale=scale,
+                               ext=ext[0] if ext else None)
+        written = self.pos >= 0
+        self.pos[written] += delta[written]
+
+    def snapshot(self) -> List[np.ndarray]:
+        return [a.copy() for a in self._arrays()]
+
+    def restore(self, snap: List[np.ndarray]) -> None:
+        cur = self._arrays()
+        if len(snap) != len(cur) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(snap, cur)):
+            raise ValueError("snapshot does not match this store's K/V buffers")
+        for dst, src in zip(cur, snap):
+            np.copyto(dst, src)
+
+    def clear(self) -> None:
+        for a in self._arrays():
+            a.fill(0)
+        self.pos.fill(-1)
+
+    # ---- the cells of one ubatch --------------------------------------------------------------------
+    def save_cells(self, streams: np.ndarray, cells: np.ndarray):
+        sidx = np.broadcast_to(np.asarray(streams, np.intp)[:, None], cells.shape)
+        cells = np.asarray(cells, np.intp)
+        return sidx, cells, [(self.k[l][sidx, cells], self.v[l][sidx, cells]) for l in self.layers], \
+            self.pos[sidx, cells]
+
+    def restore_cells(self, saved) -> None:
+        sidx, cells, data, pos = saved
+        for l, (ko, vo) in zip(self.layers, data):
+            self.k[l][sidx, cells] = ko
+            self.v[l][sidx, cells] = vo
+        self.pos[sidx, cells] = pos
+
+
+__all__ = ["KVStore", "KV_TYPES"]
