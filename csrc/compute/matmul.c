@@ -87,7 +87,7 @@ int ub_mm_type_info(int32_t type, int32_t *blck, int32_t *bytes) {
     if (!t) return 0;
     *blck = t->blck;
     *bytes = t->bytes;
-    return 1;
+    return ub_mm_type_ready(t) ? 1 : 2;
 }
 
 static int act_blck(int32_t act) { return act == UB_ACT_Q8_K ? 256 : (act == UB_ACT_Q8_0 || act == UB_ACT_Q8_1) ? 32 : 1; }
@@ -191,7 +191,7 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     int64_t work = 0, total_rows = 0;
     for (int32_t p = 0; p < n_w; p++) {
         const ub_mm_type *t = ub_mm_find(types[p]);
-        if (!t || n_rows[p] < 0 || n_rows[p] > ((int64_t)1 << 40) || k % t->blck) return UB_E_ARG;
+        if (!t || !ub_mm_type_ready(t) || n_rows[p] < 0 || n_rows[p] > ((int64_t)1 << 40) || k % t->blck) return UB_E_ARG;
         const int64_t nb = k / t->blck, row_bytes = nb * t->bytes;
         if (w_bytes[p] != row_bytes * n_rows[p]) return UB_E_ARG;
         if (n_rows[p] && n && (!w[p] || !y[p])) return UB_E_ARG;
@@ -265,7 +265,7 @@ int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_
 int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows, int64_t n_cols,
                 const int32_t *ids, int64_t m, float *out) {
     const ub_mm_type *t = ub_mm_find(type);
-    if (!t || n_rows < 0 || n_cols <= 0 || m < 0 || n_cols % t->blck) return UB_E_ARG;
+    if (!t || !ub_mm_type_ready(t) || n_rows < 0 || n_cols <= 0 || m < 0 || n_cols % t->blck) return UB_E_ARG;
     const int64_t nb = n_cols / t->blck, row_bytes = nb * t->bytes;
     if (w_bytes != row_bytes * n_rows) return UB_E_ARG;
     if (m == 0) return UB_OK;

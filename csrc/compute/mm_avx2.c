@@ -12,16 +12,11 @@
 #include <string.h>
 
 #include "mm_internal.h"
+#include "mm_iq.h"
 #include "ub_matmul.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
-#include <immintrin.h>
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define INL static inline __attribute__((always_inline))
-/* the per-row loops of a tile (nr a constant in every instantiation) are unrolled so that each row's
- * accumulators stay in registers; unrolling does not change any row's operations */
-#define UNR _Pragma("GCC unroll 8")
+#include "mm_avx2_util.h"
 
 /* Q8_0 / Q8_1 activation blocks with AVX2, byte for byte the generic quantiser's (mm_act.c): the same
  * max, the same f32 division and product, round half to even; a block holding a NaN or an infinity is
@@ -143,61 +138,18 @@ void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) 
     else ub_mm_quant_row_generic(act, x, k, out);
 }
 
-INL AVX2 float h2f(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
+/* ---- 32-element blocks against Q8_0 (kind 0: Q4_0, 1: Q5_0, 2: Q8_0, 5: IQ4_NL, 6: MXFP4) and Q8_1 (3: Q4_1,
+ * 4: Q5_1) ---- */
+#define Q80_KIND(kind) ((kind) <= 2 || (kind) >= 5)
+/* the 16 IQ4_NL values (kind 5) or twice the e2m1 values (kind 6) in both 128-bit lanes */
+INL AVX2 __m256i kv_table(const int kind) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(kind == 5 ? ub_iq4nl_kv : ub_mxfp4_kv)));
 }
-INL AVX2 float hsum(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-INL AVX2 __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-/* signed w (any int8) . signed x (never -128) -> 8 int32 partial sums */
-INL AVX2 __m256i dot_s8(__m256i w, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
-}
-/* unsigned w (<= 63) . signed x -> 8 int32 partial sums */
-INL AVX2 __m256i dot_u8(__m256i w, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-}
-/* 32 bytes: byte j = 0xFF when bit j of the little-endian uint32 at p is set, else 0 */
-INL AVX2 __m256i bytes_of_bits(const uint8_t *p) {
-    uint32_t h;
-    memcpy(&h, p, 4);
-    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
-    return _mm256_cmpeq_epi8(v, bit);
-}
-INL AVX2 __m256i bit4_from_bits(const uint8_t *p) { return _mm256_and_si256(bytes_of_bits(p), _mm256_set1_epi8(0x10)); }
-/* 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31) */
-INL AVX2 __m256i nibbles32(const uint8_t *p) { /* the 16 bytes in both halves, the upper half shifted by 4 */
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
-}
-
-#define DISPATCH(NAME, BODY)                                                                                \
-    static AVX2 void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
-        switch (nr) {                                                                                       \
-        case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
-        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
-        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
-        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
-        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
-        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
-        }                                                                                                   \
-    }
-
-/* ---- 32-element blocks against Q8_0 (kind 0: Q4_0, 1: Q5_0, 2: Q8_0) and Q8_1 (3: Q4_1, 4: Q5_1) ---- */
 
 /* one block ib of every row of the tile into acc[] (and accm[] for the Q8_1 kinds) */
 INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const int nr, int64_t ib, const int kind,
                         __m256 *acc, float *accm) {
-    static const int bytes[5] = {18, 22, 34, 20, 24};
+    static const int bytes[7] = {18, 22, 34, 20, 24, 18, 17};
     const uint8_t *b = w + ib * bytes[kind];
     __m256i q;
     if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
@@ -205,12 +157,13 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
         q = _mm256_add_epi8(nibbles32(b + 6), _mm256_andnot_si256(bytes_of_bits(b + 2), _mm256_set1_epi8(-16)));
     else if (kind == 2) q = ld(b + 2);
     else if (kind == 3) q = nibbles32(b + 4);
-    else q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
-    const float dw = h2f(b);
+    else if (kind == 4) q = _mm256_or_si256(nibbles32(b + 8), bit4_from_bits(b + 4));
+    else q = _mm256_shuffle_epi8(kv_table(kind), nibbles32(b + (kind == 5 ? 2 : 1)));
+    const float dw = kind == 6 ? ub_e8m0_half(b[0]) : h2f(b);
     /* the block scale dw * d_x: for one row a scalar product and a broadcast; for a tile dw is broadcast once
      * and each row's d_x is broadcast from memory (a load, no shuffle): the same single-precision product */
     const __m256 dwv = _mm256_set1_ps(dw);
-    if (kind <= 2) {
+    if (Q80_KIND(kind)) {
         UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
@@ -244,7 +197,7 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
     if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
     UNR for (int r = 0; r < nr; r++) {
         const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
-        y[r * ys] = kind <= 2 ? s : s + accm[r];
+        y[r * ys] = Q80_KIND(kind) ? s : s + accm[r];
     }
 }
 #define B_Q4_0(...) body_q32(__VA_ARGS__, 0)
@@ -252,6 +205,10 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
 #define B_Q8_0(...) body_q32(__VA_ARGS__, 2)
 #define B_Q4_1(...) body_q32(__VA_ARGS__, 3)
 #define B_Q5_1(...) body_q32(__VA_ARGS__, 4)
+#define B_IQ4_NL(...) body_q32(__VA_ARGS__, 5)
+#define B_MXFP4(...) body_q32(__VA_ARGS__, 6)
+DISPATCH(dot_iq4_nl, B_IQ4_NL)
+DISPATCH(dot_mxfp4, B_MXFP4)
 DISPATCH(dot_q4_0, B_Q4_0)
 DISPATCH(dot_q5_0, B_Q5_0)
 DISPATCH(dot_q8_0, B_Q8_0)
@@ -491,8 +448,10 @@ ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {
     case UB_T_Q4_K: return dot_q4_k;
     case UB_T_Q5_K: return dot_q5_k;
     case UB_T_Q6_K: return dot_q6_k;
+    case UB_T_IQ4_NL: return dot_iq4_nl;
+    case UB_T_MXFP4: return dot_mxfp4;
     }
-    return 0;
+    return ub_mm_dot_iq_avx2(type);
 }
 #else
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type) {

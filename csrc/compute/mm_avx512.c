@@ -1,6 +1,6 @@
 /* The AVX-512 back-end (F/BW/VL + AVX512_VNNI: Ice Lake and later Xeons, Sapphire Rapids, Zen 4/5): the
  * kernels of mm_vnni.h compiled for it (EVEX vpdpbusd, opmask bit expansion, the 32-block GEMM tiles), and
- * the k-quants' GEMM tiles below. Chosen at run time (matmul.c; the CPU check is mm_cpu.c). */
+ * the GEMM tiles of the k-quants and IQ4_XS below. Chosen at run time (matmul.c; the CPU check is mm_cpu.c). */
 #include "mm_internal.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
@@ -134,6 +134,55 @@ VN_INL void vk_gemm_q6k_body(int64_t nb, const uint8_t *w, int64_t ws, const uin
     VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) y[r * ys + c] = vn_hsum(acc[c][r]);
 }
 
+/* IQ4_XS (against Q8_K): per element the operations of mm_iq_avx2.c's body_iq4_xs — per superblock 8 int32
+ * lanes, each the exact sum over the sub-blocks of (6-bit scale - 32) * (maddubs pairs of |w| and the sign-
+ * flipped x, summed by the scale's madd: here vpdpwssd), two sub-blocks per zmm, the halves added at the end;
+ * the same f32 product dw * dx and FMA into the row's 8-lane accumulator, the same hsum. (The IQ4_NL values
+ * are never 0, and a 0 would give 0 either way: flipping x where w < 0 is sign_epi8(x, w).) */
+VN_INL void vk_gemm_iq4xs(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,
+                          int64_t ys) {
+    const __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ub_iq4nl_kv));
+    __m256 acc[VK_GC][VK_GR];
+    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) acc[c][r] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        __m512i sumi[VK_GC][VK_GR];
+        __m256 dwv[VK_GC];
+        VN_UNR for (int c = 0; c < VK_GC; c++) {
+            const uint8_t *b = w + c * ws + ib * 136;
+            uint16_t sh;
+            memcpy(&sh, b + 2, 2);
+            dwv[c] = _mm256_set1_ps(vn_h2f(b));
+            VN_UNR for (int r = 0; r < VK_GR; r++) sumi[c][r] = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low half) and 2p + 1 (high half) */
+                const int l0 = (b[4 + p] & 15) | (((sh >> (4 * p)) & 3) << 4);
+                const int l1 = (b[4 + p] >> 4) | (((sh >> (4 * p + 2)) & 3) << 4);
+                const __m512i q = _mm512_shuffle_epi8(kv, vk_join(vn_nib(b + 8 + 32 * p), vn_nib(b + 24 + 32 * p)));
+                const __m512i qa = _mm512_abs_epi8(q);
+                const __mmask64 neg = _mm512_movepi8_mask(q);
+                const __m512i sv = vk_join(_mm256_set1_epi16((short)(l0 - 32)), _mm256_set1_epi16((short)(l1 - 32)));
+                VN_UNR for (int r = 0; r < VK_GR; r++) {
+                    const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                    const __m512i xv = _mm512_loadu_si512((const void *)(x->qs + 64 * p));
+                    const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                    sumi[c][r] = _mm512_dpwssd_epi32(sumi[c][r], _mm512_maddubs_epi16(qa, xs), sv);
+                }
+            }
+        }
+        VN_UNR for (int r = 0; r < VK_GR; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256 dx = _mm256_broadcast_ss(&x->d);
+            VN_UNR for (int c = 0; c < VK_GC; c++) {
+                const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi[c][r]), _mm512_extracti64x4_epi64(sumi[c][r], 1));
+                acc[c][r] = _mm256_fmadd_ps(_mm256_mul_ps(dwv[c], dx), _mm256_cvtepi32_ps(s8), acc[c][r]);
+            }
+        }
+    }
+    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) y[r * ys + c] = vn_hsum(acc[c][r]);
+}
+
+VN void vk_gemm_iq4_xs(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vk_gemm_iq4xs(nb, w, ws, a, as, y, ys);
+}
 VN void vk_gemm_q4_k(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
     vk_gemm_q45k(nb, w, ws, a, as, y, ys, 0);
 }
@@ -149,6 +198,7 @@ ub_mm_gemm ub_mm_gemm_avx512(int32_t type) {
     if (type == UB_T_Q4_K) g.fn = vk_gemm_q4_k;
     else if (type == UB_T_Q5_K) g.fn = vk_gemm_q5_k;
     else if (type == UB_T_Q6_K) g.fn = vk_gemm_q6_k;
+    else if (type == UB_T_IQ4_XS) g.fn = vk_gemm_iq4_xs;
     else g = vn_gemm_lookup(type);
     return g;
 }

@@ -8,6 +8,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "mm_internal.h"
+#include "mm_iq.h"
 
 static inline float rd16(const uint8_t *p) { return ub_h2f((uint16_t)(p[0] | (p[1] << 8))); }
 static inline float bf2f(uint16_t h) {
@@ -311,23 +312,25 @@ DOT_F(dot_f16, uint16_t, uint16_t, ub_h2f, ub_h2f)
 DOT_F(dot_bf16, uint16_t, uint16_t, bf2f, bf2f)
 
 static const ub_mm_type g_types[] = {
-    {UB_T_F32, 1, 4, UB_ACT_F32, dot_f32, deq_f32},
-    {UB_T_F16, 1, 2, UB_ACT_F16, dot_f16, deq_f16},
-    {UB_T_BF16, 1, 2, UB_ACT_BF16, dot_bf16, deq_bf16},
-    {UB_T_Q4_0, 32, 18, UB_ACT_Q8_0, dot_q4_0, deq_q4_0},
-    {UB_T_Q4_1, 32, 20, UB_ACT_Q8_1, dot_q4_1, deq_q4_1},
-    {UB_T_Q5_0, 32, 22, UB_ACT_Q8_0, dot_q5_0, deq_q5_0},
-    {UB_T_Q5_1, 32, 24, UB_ACT_Q8_1, dot_q5_1, deq_q5_1},
-    {UB_T_Q8_0, 32, 34, UB_ACT_Q8_0, dot_q8_0, deq_q8_0},
-    {UB_T_Q2_K, 256, 84, UB_ACT_Q8_K, dot_q2_k, deq_q2_k},
-    {UB_T_Q3_K, 256, 110, UB_ACT_Q8_K, dot_q3_k, deq_q3_k},
-    {UB_T_Q4_K, 256, 144, UB_ACT_Q8_K, dot_q4_k, deq_q4_k},
-    {UB_T_Q5_K, 256, 176, UB_ACT_Q8_K, dot_q5_k, deq_q5_k},
-    {UB_T_Q6_K, 256, 210, UB_ACT_Q8_K, dot_q6_k, deq_q6_k},
+    {UB_T_F32, 1, 4, UB_ACT_F32, dot_f32, deq_f32, 0},
+    {UB_T_F16, 1, 2, UB_ACT_F16, dot_f16, deq_f16, 0},
+    {UB_T_BF16, 1, 2, UB_ACT_BF16, dot_bf16, deq_bf16, 0},
+    {UB_T_Q4_0, 32, 18, UB_ACT_Q8_0, dot_q4_0, deq_q4_0, 0},
+    {UB_T_Q4_1, 32, 20, UB_ACT_Q8_1, dot_q4_1, deq_q4_1, 0},
+    {UB_T_Q5_0, 32, 22, UB_ACT_Q8_0, dot_q5_0, deq_q5_0, 0},
+    {UB_T_Q5_1, 32, 24, UB_ACT_Q8_1, dot_q5_1, deq_q5_1, 0},
+    {UB_T_Q8_0, 32, 34, UB_ACT_Q8_0, dot_q8_0, deq_q8_0, 0},
+    {UB_T_Q2_K, 256, 84, UB_ACT_Q8_K, dot_q2_k, deq_q2_k, 0},
+    {UB_T_Q3_K, 256, 110, UB_ACT_Q8_K, dot_q3_k, deq_q3_k, 0},
+    {UB_T_Q4_K, 256, 144, UB_ACT_Q8_K, dot_q4_k, deq_q4_k, 0},
+    {UB_T_Q5_K, 256, 176, UB_ACT_Q8_K, dot_q5_k, deq_q5_k, 0},
+    {UB_T_Q6_K, 256, 210, UB_ACT_Q8_K, dot_q6_k, deq_q6_k, 0},
 };
 
 const ub_mm_type *ub_mm_find(int32_t type) {
     for (size_t i = 0; i < sizeof g_types / sizeof g_types[0]; i++)
         if (g_types[i].type == type) return &g_types[i];
-    return NULL;
+    return ub_mm_find_iq(type);
 }
+
+int ub_mm_type_ready(const ub_mm_type *t) { return !t->tables || ub_mm_iq_ready(); }

@@ -41,10 +41,13 @@ typedef struct {
     int32_t act;               /* UB_ACT_* the activations become */
     ub_mm_dot_fn dot_generic;
     ub_mm_deq_fn deq;
+    int32_t tables;            /* 1: needs the lookup tables of mm_iq.h (ub_mm_set_iq_tables) */
 } ub_mm_type;
 
 /* The table entry of `type`, or NULL. */
 const ub_mm_type *ub_mm_find(int32_t type);
+/* 1 when type t can run now (its lookup tables, if it needs any, are set). */
+int ub_mm_type_ready(const ub_mm_type *t);
 /* Bytes of one activation row of k elements for act kind `act`; k must be a multiple of its block. */
 int64_t ub_mm_act_row_bytes(int32_t act, int64_t k);
 /* Quantisers (generic; the AVX2 ones produce the same bytes). */

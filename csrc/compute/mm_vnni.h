@@ -1,4 +1,4 @@
-/* The VNNI dot and GEMM kernels of the 32-element block types (Q4_0, Q5_0, Q8_0 against Q8_0 activations;
+/* The VNNI dot and GEMM kernels of the 32-element block types (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 against Q8_0;
  * Q4_1, Q5_1 against Q8_1): ONE source compiled twice, by mm_avxvnni.c (AVX2 + AVX-VNNI, VEX vpdpbusd,
  * 16 ymm registers) and by mm_avx512.c (AVX-512 F/BW/VL + AVX512_VNNI: EVEX vpdpbusd, opmask bit
  * expansion, 32 registers, and 512-bit tiles), so that whichever of the two a machine has tests this code.
@@ -19,13 +19,16 @@
 #include <string.h>
 
 #include "mm_internal.h"
+#include "mm_iq.h"
 #include "ub_matmul.h"
 
 #define VN static __attribute__((target(VN_TGT)))
 #define VN_INL static inline __attribute__((always_inline, target(VN_TGT)))
 #define VN_UNR _Pragma("GCC unroll 8")
 
-static const int vn_bytes[5] = {18, 22, 34, 20, 24}; /* block bytes of kinds 0..4 */
+static const int vn_bytes[7] = {18, 22, 34, 20, 24, 18, 17}; /* block bytes of kinds 0..6 */
+/* kinds against Q8_0 (signed weights): 0 Q4_0, 1 Q5_0, 2 Q8_0, 5 IQ4_NL, 6 MXFP4; against Q8_1: 3 Q4_1, 4 Q5_1 */
+#define VN_Q80(kind) ((kind) <= 2 || (kind) >= 5)
 
 VN_INL float vn_h2f(const uint8_t *p) {
     uint16_t h;
@@ -59,10 +62,18 @@ VN_INL __m256i vn_bits(uint32_t h) {
 }
 #endif
 
+/* the block scale: f16 d, or MXFP4's e8m0 exponent byte */
+VN_INL float vn_dw(const uint8_t *b, const int kind) { return kind == 6 ? ub_e8m0_half(b[0]) : vn_h2f(b); }
+/* IQ4_NL's 16 values (kind 5) or twice the e2m1 values (kind 6), in both 128-bit lanes */
+VN_INL __m256i vn_kv(const int kind) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(kind == 5 ? ub_iq4nl_kv : ub_mxfp4_kv)));
+}
+
 /* The 32 weight values of block b of kind k as bytes: signed for kinds 0..2 (Q4_0 nib - 8, Q5_0 nib5 - 16,
- * Q8_0 as stored), unsigned for kinds 3..4 (Q4_1 nib, Q5_1 nib5). */
+ * Q8_0 as stored) and 5..6 (the table value of the nibble), unsigned for kinds 3..4 (Q4_1 nib, Q5_1 nib5). */
 VN_INL __m256i vn_weights(const uint8_t *b, const int kind) {
     if (kind == 0) return _mm256_sub_epi8(vn_nib(b + 2), _mm256_set1_epi8(8));
+    if (kind >= 5) return _mm256_shuffle_epi8(vn_kv(kind), vn_nib(b + (kind == 5 ? 2 : 1)));
     if (kind == 2) return vn_ld(b + 2);
     if (kind == 3) return vn_nib(b + 4);
     const uint32_t h = vn_rd32(b + (kind == 1 ? 2 : 4));
@@ -79,7 +90,7 @@ VN_INL __m256i vn_weights(const uint8_t *b, const int kind) {
 
 /* The 8 int32 lanes of one block: w (as vn_weights gives it; wa = |w| for the signed kinds) . x */
 VN_INL __m256i vn_isum(__m256i w, __m256i wa, __m256i x, const int kind) {
-    if (kind <= 2) return VN_DPBUSD(_mm256_setzero_si256(), wa, _mm256_sign_epi8(x, w));
+    if (VN_Q80(kind)) return VN_DPBUSD(_mm256_setzero_si256(), wa, _mm256_sign_epi8(x, w));
     (void)wa;
     return VN_DPBUSD(_mm256_setzero_si256(), w, x);
 }
@@ -89,10 +100,10 @@ VN_INL void vn_block(const uint8_t *w, const uint8_t *a, int64_t as, const int n
                      __m256 *acc, float *accm) {
     const uint8_t *b = w + ib * vn_bytes[kind];
     const __m256i q = vn_weights(b, kind);
-    const __m256i qa = kind <= 2 ? _mm256_sign_epi8(q, q) : q;
-    const float dw = vn_h2f(b);
+    const __m256i qa = VN_Q80(kind) ? _mm256_sign_epi8(q, q) : q;
+    const float dw = vn_dw(b, kind);
     const __m256 dwv = _mm256_set1_ps(dw);
-    if (kind <= 2) {
+    if (VN_Q80(kind)) {
         VN_UNR for (int r = 0; r < nr; r++) {
             const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
@@ -126,7 +137,7 @@ VN_INL void vn_body(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, 
     if (ib < nb) vn_block(w, a, as, nr, ib, kind, acc0, accm);
     VN_UNR for (int r = 0; r < nr; r++) {
         const float s = vn_hsum(_mm256_add_ps(acc0[r], acc1[r]));
-        y[r * ys] = kind <= 2 ? s : s + accm[r];
+        y[r * ys] = VN_Q80(kind) ? s : s + accm[r];
     }
 }
 
@@ -146,6 +157,8 @@ VN_DISPATCH(vn_dot_q5_0, 1)
 VN_DISPATCH(vn_dot_q8_0, 2)
 VN_DISPATCH(vn_dot_q4_1, 3)
 VN_DISPATCH(vn_dot_q5_1, 4)
+VN_DISPATCH(vn_dot_iq4_nl, 5)
+VN_DISPATCH(vn_dot_mxfp4, 6)
 
 ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
     switch (type) {
@@ -154,11 +167,13 @@ ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
     case UB_T_Q8_0: return vn_dot_q8_0;
     case UB_T_Q4_1: return vn_dot_q4_1;
     case UB_T_Q5_1: return vn_dot_q5_1;
+    case UB_T_IQ4_NL: return vn_dot_iq4_nl;
+    case UB_T_MXFP4: return vn_dot_mxfp4;
     }
     return 0; /* the k-quants and float types: the AVX2 kernels (vpdpbusd would not save an operation) */
 }
 
-/* ---- GEMM tiles (kinds 0..2: Q4_0, Q5_0, Q8_0): VN_GC weight rows x VN_GR activation rows per call ----
+/* ---- GEMM tiles (kinds 0..2, 5, 6: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): VN_GC weight rows x VN_GR activation rows per call ----
  * AVX-512 only (32 registers: a 4 x 4 tile of zmm accumulators; on AVX-VNNI's 16 ymm registers every tile
  * larger than the dot kernels' 1 x 6 spilled and measured slower on Zen 4, so that back-end has none).
  * A "pair" holds blocks ib (even) and ib + 1 (odd) of one row in one zmm (the even block in the low 256
@@ -191,9 +206,10 @@ VN_INL float vp_final(vp_f acc) {
     return vn_hsum(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1))));
 }
 
-/* The unsigned weight bytes u = w + off of block b (kind 0: off 8, 1: 16, 2: 128). */
+/* The unsigned weight bytes u = w + off of block b (kind 0: off 8, 1: 16, 2, 5, 6: 128). */
 VN_INL __m256i vn_uweights(const uint8_t *b, const int kind) {
     if (kind == 0) return vn_nib(b + 2);
+    if (kind >= 5) return _mm256_xor_si256(vn_weights(b, kind), _mm256_set1_epi8((char)0x80));
     if (kind == 2) return _mm256_xor_si256(vn_ld(b + 2), _mm256_set1_epi8((char)0x80));
     const uint32_t h = vn_rd32(b + 2);
     const __m256i n = vn_nib(b + 6);
@@ -218,7 +234,7 @@ VN_INL void vn_gemm_body(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t
         VN_UNR for (int c = 0; c < VN_GC; c++) {
             const uint8_t *b = w + c * ws + ib * bytes;
             const vp_i u = vp_join(vn_uweights(b, kind), vn_uweights(b + bytes, kind));
-            const vp_f dw = vp_set2(vn_h2f(b), vn_h2f(b + bytes));
+            const vp_f dw = vp_set2(vn_dw(b, kind), vn_dw(b + bytes, kind));
             VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step(acc[c][r], dw, dx[r], corr[r], u, x[r]);
         }
     }
@@ -234,7 +250,7 @@ VN_INL void vn_gemm_body(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t
         VN_UNR for (int c = 0; c < VN_GC; c++) {
             const uint8_t *b = w + c * ws + ib * bytes;
             const vp_i u = vp_join(vn_uweights(b, kind), _mm256_setzero_si256());
-            const vp_f dw = vp_set2(vn_h2f(b), 0.0f);
+            const vp_f dw = vp_set2(vn_dw(b, kind), 0.0f);
             VN_UNR for (int r = 0; r < VN_GR; r++) acc[c][r] = vp_step_even(acc[c][r], dw, dx[r], corr[r], u, x[r]);
         }
     }
@@ -250,6 +266,12 @@ VN void vn_gemm_q5_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
 VN void vn_gemm_q8_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
     vn_gemm_body(nb, w, ws, a, as, y, ys, 2);
 }
+VN void vn_gemm_iq4_nl(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 5);
+}
+VN void vn_gemm_mxfp4(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
+    vn_gemm_body(nb, w, ws, a, as, y, ys, 6);
+}
 
 #endif
 
@@ -262,6 +284,8 @@ static ub_mm_gemm vn_gemm_lookup(int32_t type) {
     if (type == UB_T_Q4_0) g.fn = vn_gemm_q4_0;
     else if (type == UB_T_Q5_0) g.fn = vn_gemm_q5_0;
     else if (type == UB_T_Q8_0) g.fn = vn_gemm_q8_0;
+    else if (type == UB_T_IQ4_NL) g.fn = vn_gemm_iq4_nl;
+    else if (type == UB_T_MXFP4) g.fn = vn_gemm_mxfp4;
     else g.gc = g.gr = 0;
 #else
     (void)type; /* 16 ymm registers hold no tile larger than the dot kernels' 1 x 6 (measured slower on Zen 4) */

@@ -58,6 +58,8 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
                            kv={"logit_scale": (8.0, VT.FLOAT32), "rope.scaling.finetuned": (False, VT.BOOL)}),
     "olmo2": dict(arch="olmo2", olmo2=True),
     "minicpm": dict(arch="minicpm", tied=True),
+    "exaone4": dict(arch="exaone4", exaone=True, rope_freqs=True, tied=True,
+                    kv={"rope.freq_base": (1000000.0, VT.FLOAT32)}),
     "smollm3": dict(arch="smollm3", n_layer=4, tied=True),
 }
 
@@ -145,7 +147,7 @@ def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, n
         f32("rope_factors_short.weight", (1.0 + 0.5 * rng.random(n_rot // 2)).astype(np.float32))
     for i in range(nl):
         p = f"blk.{i}."
-        if not spec.get("olmo2"):
+        if not (spec.get("olmo2") or spec.get("exaone")):
             vec(p + "attn_norm.weight", E)
         if spec.get("fused"):
             mat(p + "attn_qkv.weight", HQ + 2 * HK, E)
@@ -154,12 +156,13 @@ def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, n
             mat(p + "attn_k.weight", HK, E)
             mat(p + "attn_v.weight", HK, E)
         mat(p + "attn_output.weight", E, HQ)
-        if spec.get("qk_norm"):
+        if spec.get("qk_norm") or spec.get("exaone"):
             vec(p + "attn_q_norm.weight", HD)
             vec(p + "attn_k_norm.weight", HD)
         if spec.get("olmo2"):
             vec(p + "attn_q_norm.weight", HQ)
             vec(p + "attn_k_norm.weight", HK)
+        if spec.get("olmo2") or spec.get("exaone"):
             vec(p + "post_attention_norm.weight", E)
             vec(p + "post_ffw_norm.weight", E)
         else:

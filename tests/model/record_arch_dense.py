@@ -36,6 +36,10 @@ CONFIGS = [dict(n_batch=512, n_ubatch=512, n_threads=2, flash_attn=False),
 RUNS = {name: (name, 256) for name in arch_gguf.VARIANTS}
 RUNS["phi3-long"] = ("phi3", 512)
 RUNS["llama-longrope-long"] = ("llama-longrope", 512)
+# context overrides of the YaRN model (llama_context_params): another freq_scale (YaRN's attention factor
+# follows it), and rope_scaling_type LINEAR (YaRN off)
+CTX = {"llama-yarn-ctx-scale": dict(rope_freq_scale=0.5), "llama-yarn-ctx-linear": dict(rope_scaling_type=1)}
+RUNS.update({r: ("llama-yarn", 256) for r in CTX})
 # K-shift scenario (seq_add): the prompt without logits, every cell moved by SHIFT, then SHIFT_TOKEN at
 # position PROMPT_LEN + SHIFT: llama.cpp re-rotates cached K with the same rope parameters as the forward.
 SHIFT_RUNS = ("llama-yarn", "llama-rope-freqs", "phi3", "smollm3")
@@ -76,7 +80,7 @@ def decode(ctx, n_vocab: int, tokens, pos0: int, all_logits: bool) -> np.ndarray
         L.llama_batch_free(b)
 
 
-def run_config(path: str, n_ctx: int, cfg: dict, prompt, greedy) -> np.ndarray:
+def run_config(path: str, n_ctx: int, cfg: dict, prompt, greedy, ctx_over=None) -> np.ndarray:
     mp = L.llama_model_default_params()
     model = L.llama_model_load_from_file(path.encode(), mp)
     if not model:
@@ -87,6 +91,8 @@ def run_config(path: str, n_ctx: int, cfg: dict, prompt, greedy) -> np.ndarray:
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, cfg["n_batch"], cfg["n_ubatch"]
         cp.n_threads = cp.n_threads_batch = cfg["n_threads"]
         cp.n_seq_max = 1
+        for k, v in (ctx_over or {}).items():
+            setattr(cp, k, v)
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg["flash_attn"] else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cp.type_k = cp.type_v = L.GGML_TYPE_F32
         ctx = L.llama_init_from_model(model, cp)
@@ -118,7 +124,7 @@ def record(run: str, index: dict) -> None:
         digest = arch_gguf.sha256(path)
         out, greedy = {}, None
         for ci, cfg in enumerate(CONFIGS):
-            logits, toks = run_config(path, n_ctx, cfg, prompt, greedy)
+            logits, toks = run_config(path, n_ctx, cfg, prompt, greedy, CTX.get(run))
             greedy = toks if greedy is None else greedy
             out[f"c{ci}_logits"] = logits
             if run in SHIFT_RUNS:
@@ -128,6 +134,7 @@ def record(run: str, index: dict) -> None:
     index[run] = dict(variant=variant, gguf_sha256=digest, n_ctx=n_ctx, configs=CONFIGS,
                       prompt_len=PROMPT_LEN, n_greedy=N_GREEDY, type_kv="f32",
                       shift=dict(delta=SHIFT, token=SHIFT_TOKEN) if run in SHIFT_RUNS else None,
+                      ctx_override=CTX.get(run),
                       llama_cpp_python=L.__version__, recorded=datetime.date.today().isoformat())
     d = [float(np.abs(out["c0_logits"] - out[f"c{ci}_logits"]).max()) for ci in range(1, len(CONFIGS))]
     print(f"{run}: sha256 {digest[:12]}, greedy {greedy}, llama.cpp max |c0 - ci| {d}")

@@ -117,7 +117,7 @@ def test_granite_without_rope_survives_a_k_shift(tmp_path_factory):
 
 
 def test_supported_archs_listed():
-    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3"):
+    for a in ("llama", "qwen2", "gemma3", "qwen3", "phi3", "granite", "olmo2", "minicpm", "smollm3", "exaone4"):
         assert a in SUPPORTED_ARCHS
 
 
@@ -130,10 +130,24 @@ def test_recordings_have_a_spread_and_clear_rows():
         assert 0 < S < 10 and clear.sum() >= len(ref) // 3, (run, S, M, int(clear.sum()))
 
 
-@pytest.mark.parametrize("run", RUNS)
-def test_agrees_with_llama_cpp(run, tmp_path_factory):
+def model_for_run(run: str, tmp_path_factory):
+    """The run's model, with its recorded context overrides applied as the drop-in derives them (llama.cpp's
+    cparams: ubatch.llama_cpp._context._rope_model)."""
     e, _ = recording(run)
     m = model_of(e["variant"], tmp_path_factory)
+    if e.get("ctx_override"):
+        import ubatch.llama_cpp as LC
+        from ubatch.llama_cpp._context import _rope_model
+        cp = LC.llama_context_default_params()
+        for k, v in e["ctx_override"].items():
+            setattr(cp, k, v)
+        m = _rope_model(m, cp)
+    return m
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_agrees_with_llama_cpp(run, tmp_path_factory):
+    m = model_for_run(run, tmp_path_factory)
     u = ubatch_rows(m, run)
     beyond, flips, d = verdict(u, run)
     S, M, clear, _ = rule(run)
@@ -161,6 +175,8 @@ def _layers_without(m, **fields):
 FEATURE_OFF = {
     "llama-linear": lambda m: _without(m, rope_freq_scale=1.0),
     "llama-yarn": lambda m: _without(m, rope_ext_factor=0.0, rope_attn_factor=1.0),
+    "llama-yarn-ctx-scale": lambda m: _without(m, rope_attn_factor=m.hparams.rope_attn_factor * 1.25),
+    "llama-yarn-ctx-linear": lambda m: _without(m, rope_ext_factor=1.0),
     "llama-rope-freqs": lambda m: _without(m, w_rope_freqs=None),
     "qwen3": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "phi3-long": lambda m: _without(m, w_rope_long=m.weights.rope_short),
@@ -171,6 +187,7 @@ FEATURE_OFF = {
     "granite": lambda m: _without(m, residual_scale=0.0),
     "olmo2": lambda m: _without(m, w_layers=_layers_without(m, post_attn_norm=None)),
     "minicpm": lambda m: _without(m, logit_scale=0.0),
+    "exaone4": lambda m: _without(m, w_layers=_layers_without(m, q_norm=None, k_norm=None)),
     "smollm3": lambda m: _without(m, no_rope_layer_step=0),
 }
 
@@ -178,8 +195,7 @@ FEATURE_OFF = {
 @pytest.mark.parametrize("run", sorted(FEATURE_OFF))
 def test_each_feature_matters(run, tmp_path_factory):
     """The rule is not loose: with the variant's feature turned off, ubatch no longer agrees."""
-    e, _ = recording(run)
-    m = FEATURE_OFF[run](model_of(e["variant"], tmp_path_factory))
+    m = FEATURE_OFF[run](model_for_run(run, tmp_path_factory))
     beyond, flips, d = verdict(ubatch_rows(m, run), run)
     assert beyond + flips > 0, (run, d.max())
 
@@ -197,8 +213,8 @@ def test_fused_bitwise_reference(variant, tmp_path_factory):
     assert np.array_equal(a, b)
 
 
-INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "llama-yarn",
-             "llama-rope-freqs", "llama-longrope"]
+INV_ARCHS = ["qwen3", "phi3", "granite", "granite-norope", "olmo2", "minicpm", "smollm3", "exaone4",
+             "llama-yarn", "llama-rope-freqs", "llama-longrope"]
 
 
 @pytest.mark.parametrize("variant", INV_ARCHS)
@@ -230,6 +246,8 @@ VT = arch_gguf.VT
     ("olmo2", {"olmo2.attention.sliding_window": (4, VT.UINT32)}, "olmo2.attention.sliding_window"),
     ("qwen3", {"qwen3.rope.dimension_count": (8, VT.UINT32)}, "invalid n_rot"),
     ("phi3", {"phi3.rope.dimension_count": (18, VT.UINT32)}, "invalid n_rot"),
+    ("exaone4", {"exaone4.nextn_predict_layers": (1, VT.UINT32)}, "exaone4.nextn_predict_layers"),
+    ("exaone4", {"exaone4.block_count": (64, VT.UINT32)}, "sliding-window layers"),
 ])
 def test_unsupported_hparams_raise_naming_them(tmp_path, variant, kv, needle):
     with pytest.raises(GGUFError, match=needle.replace("(", r"\(").replace(".", r"\.")):
@@ -242,6 +260,11 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
     """A factor tensor of another length than n_rot / 2 is refused naming it (llama.cpp refuses it too)."""
     p = arch_gguf.write(tmp_path / "a.gguf", variant, tensors={tensor: np.ones(5, dtype=np.float32)})
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' has wrong shape"):
+        ubatch.Model.from_gguf(p)
+    bad = np.ones(arch_gguf.HD // 2 if variant != "phi3" else 6, dtype=np.float32)
+    bad[1] = 0.0
+    p = arch_gguf.write(tmp_path / "b.gguf", variant, tensors={tensor: bad})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' must hold finite non-zero factors"):
         ubatch.Model.from_gguf(p)
 
 
@@ -350,3 +373,51 @@ def test_k_shift_agrees_with_llama_cpp(run, tmp_path_factory):
     assert np.abs(u - confs[0]).max() <= S, (np.abs(u - confs[0]).max(), S)
     if min(np.sort(c)[-1] - np.sort(c)[-2] for c in confs) >= M:
         assert u.argmax() == confs[0].argmax()
+
+
+@pytest.mark.parametrize("run", ["llama-yarn", "phi3-long", "granite", "llama-yarn-ctx-scale", "llama-yarn-ctx-linear"])
+def test_drop_in_llama_agrees(run, tmp_path):
+    """Through the llama-cpp-python drop-in (ubatch.llama_cpp.Llama, the context's rope parameters derived as
+    llama.cpp's cparams), the prompt rows agree the same way."""
+    from ubatch.llama_cpp import Llama
+    e, z = recording(run)
+    path = arch_gguf.write(tmp_path / "m.gguf", e["variant"])
+    llm = Llama(model_path=path, n_ctx=e["n_ctx"], n_batch=512, n_ubatch=512, n_threads=2, logits_all=True,
+                verbose=False, flash_attn=False, type_k=0, type_v=0,   # f32 K/V as recorded
+                **(e.get("ctx_override") or {}))
+    pr = z["prompt"].tolist()
+    llm.eval(pr)
+    S, M, clear, ref = rule(run)
+    u = np.array(llm.scores[:len(pr)])
+    assert np.abs(u - ref[:len(pr)]).max(axis=1).max() <= S
+    assert np.array_equal(u.argmax(1)[clear[:len(pr)]], ref[:len(pr)].argmax(1)[clear[:len(pr)]])
+
+
+def test_fused_layer_options_refuse_bad_combinations(tmp_path_factory):
+    """The layer's general options are checked in C before anything runs, naming the culprit."""
+    from ubatch._ffi import ffi, lib
+    m = model_of("qwen3", tmp_path_factory)
+    L = fused.layers(m, 256)[0]
+    x = np.zeros((1, m.n_embd), np.float32)
+    pos = np.zeros((1, 1), np.int32)
+    k = np.zeros((1, 4, m.n_head_kv, m.head_dim), np.float32)
+    v = np.zeros_like(k)
+    dst = np.array([2], np.int64)
+    rs, off, cells = np.zeros(1, np.int32), np.array([0, 1], np.int32), np.array([2], np.int32)
+    kv = ffi.new("ub_layer_kv *")
+    keepalive = [ffi.from_buffer("uint8_t[]", k), ffi.from_buffer("uint8_t[]", v), ffi.from_buffer("int64_t[]", dst),
+                 ffi.from_buffer("int32_t[]", rs), ffi.from_buffer("int32_t[]", off), ffi.from_buffer("int32_t[]", cells)]
+    kv.k, kv.v, kv.dst, kv.row_stream, kv.off, kv.cells = keepalive
+    kv.k_type = kv.v_type = lib.UB_DT_F32
+    kv.n_stream, kv.kv_size = 1, 4
+    for change, msg in ((lambda b: setattr(b, "k_norm", ffi.NULL), "q_norm and k_norm go together"),
+                        (lambda b: setattr(b, "qk_norm_full", 2), "qk_norm_full must be 0 or 1"),
+                        (lambda b: setattr(b, "kind", lib.UB_LAYER_GEMMA3), "gemma layer")):
+        bad = ffi.new("ub_layer *", L[0])
+        change(bad)
+        before = x.copy()
+        with pytest.raises(ValueError, match=msg):
+            fused.layer_forward(bad, kv, x, pos, None, 1)
+        assert np.array_equal(x, before) and not k.any()
+    fused.layer_forward(L, kv, x + 1.0, pos, None, 1)   # the unchanged layer runs
+    assert np.abs(k[0, 2]).sum() > 0

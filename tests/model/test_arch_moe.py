@@ -223,8 +223,10 @@ def _rewrite(src: str, dst, *, drop=(), set_kv=None, drop_tensors=()):
     for t in r.tensors:
         if t.name in drop_tensors:
             continue
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(x) for x in t.shape])),
-                     raw_dtype=t.tensor_type)
+        if t.tensor_type == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(t.name, np.asarray(t.data).reshape(list(reversed([int(x) for x in t.shape]))))
+        else:   # the reader's data is in byte shape, as add_tensor takes it
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -237,7 +239,7 @@ U32 = gguf.GGUFValueType.UINT32
 
 @pytest.mark.parametrize("change,match", [
     (dict(drop=("qwen3moe.expert_count",)), r"n_expert must be > 0 for QWEN3MOE \(qwen3moe.expert_count\)"),
-    (dict(set_kv={"qwen3moe.expert_used_count": (9, U32)}), "expert_used_count = 9 exceeds expert_count = 8"),
+    (dict(set_kv={"qwen3moe.expert_used_count": (9, U32)}), "expert_used_count = 9 exceeds qwen3moe.expert_count = 8"),
     (dict(set_kv={"qwen3moe.expert_group_count": (2, U32)}), "expert_group_count = 2: expert group selection"),
     (dict(drop_tensors=("blk.1.ffn_up_exps.weight",)), "missing tensor 'blk.1.ffn_up_exps.weight'"),
     (dict(drop_tensors=("blk.0.attn_q_norm.weight",)), "missing tensor 'blk.0.attn_q_norm.weight'"),
@@ -271,3 +273,36 @@ def test_hparams_read(files):
         (3, True, 24, 0)
     from ubatch.model.registry import SUPPORTED_ARCHS
     assert {"gemma2", "qwen2moe", "qwen3moe"} <= set(SUPPORTED_ARCHS)
+
+
+F32 = gguf.GGUFValueType.FLOAT32
+STR = gguf.GGUFValueType.STRING
+HOSTILE = [
+    ("gemma2-f32", "gemma2.attention.sliding_window", [(0, U32), (2**31, U32), ("x", STR)]),
+    ("gemma2-f32", "gemma2.attn_logit_softcapping", [(0.0, F32), (-1.0, F32), (float("nan"), F32), (1e-30, F32)]),
+    ("gemma2-f32", "gemma2.final_logit_softcapping", [(0.0, F32), (float("inf"), F32)]),
+    ("gemma2-f32", "gemma2.attention.sliding_window_pattern", [(0, U32), (1, U32), (7, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_count", [(0, U32), (1, U32), (2000, U32), (2**32 - 1, U32), (3.0, F32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_used_count", [(0, U32), (8, U32), (1, U32), (2**32 - 1, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_feed_forward_length", [(0, U32), (64, U32), (2**31, U32)]),
+    ("qwen2moe-q8_0", "qwen2moe.expert_shared_feed_forward_length", [(0, U32), (32, U32), (2**31, U32)]),
+    ("qwen3moe-q8_0", "qwen3moe.expert_gating_func", [(2, U32)]),
+    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32)]),
+]
+
+
+@pytest.mark.parametrize("name,key,values", HOSTILE, ids=[h[1] for h in HOSTILE])
+def test_hostile_hparams_never_crash(files, tmp_path, name, key, values):
+    """Each bad value either loads a model that decodes (llama.cpp would too) or raises GGUFError naming the
+    key or the tensor it contradicts; never a crash or another exception."""
+    for i, (v, vt) in enumerate(values):
+        p = _rewrite(files[name], tmp_path / f"h{i}.gguf", set_kv={key: (v, vt)})
+        try:
+            m = Model.from_gguf(p)
+        except GGUFError as e:
+            assert key in str(e) or "tensor 'blk." in str(e), str(e)
+            continue
+        ctx = ubatch.Context(m, n_ctx=64, n_ubatch=8, n_threads=1)
+        assert ctx.decode(Batch.from_arrays(tokens=list(range(1, 12)), pos=list(range(11)),
+                                            seq_ids=[[0]] * 11, output=[0] * 10 + [1])) == 0
+        assert np.isfinite(ctx.get_logits_ith(10)).all()

@@ -34,9 +34,9 @@ TYPES = ("f32", "q8_0")
 SPECS = {f"{a}-{t}": (a, t) for a in ARCHS for t in TYPES}
 SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303}
 
-GEMMA2 = dict(n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
-QWEN2MOE = dict(n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
-QWEN3MOE = dict(n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
+GEMMA2 = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
+QWEN2MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
+QWEN3MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
 
 
 def _tokenizer_kv() -> Dict[str, tuple]:
@@ -44,7 +44,9 @@ def _tokenizer_kv() -> Dict[str, tuple]:
     return {k: v for k, v in kv.items() if k.startswith("tokenizer.")}
 
 
-def _base_kv(arch: str, n_layer: int, n_ff: int, head_dim: int) -> Dict[str, tuple]:
+def _base_kv(arch: str, c: dict) -> Dict[str, tuple]:
+    E, NH, NKV, n_layer, n_ff, head_dim = (c[k] for k in ("n_embd", "n_head", "n_head_kv", "n_layer", "n_ff",
+                                                          "head_dim"))
     kv = {f"{arch}.context_length": (256, VT.UINT32), f"{arch}.embedding_length": (E, VT.UINT32),
           f"{arch}.block_count": (n_layer, VT.UINT32), f"{arch}.feed_forward_length": (n_ff, VT.UINT32),
           f"{arch}.attention.head_count": (NH, VT.UINT32), f"{arch}.attention.head_count_kv": (NKV, VT.UINT32),
@@ -55,13 +57,14 @@ def _base_kv(arch: str, n_layer: int, n_ff: int, head_dim: int) -> Dict[str, tup
     return kv
 
 
-def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
+def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
     """(metadata, [(tensor name, numpy shape [outer..inner], role)]); role: "mat" (matrix, quantisable),
     "exp" (stacked expert matrices, quantisable), "f32" (kept f32: norms, biases, router, shared gate)."""
+    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE}[arch], **over)
+    E, NH, NKV = c["n_embd"], c["n_head"], c["n_head_kv"]
     t: List[Tuple[str, tuple, str]] = [("token_embd.weight", (n_vocab, E), "mat"), ("output_norm.weight", (E,), "norm")]
     if arch == "gemma2":
-        c = GEMMA2
-        kv = _base_kv(arch, c["n_layer"], c["n_ff"], c["head_dim"])
+        kv = _base_kv(arch, c)
         kv.update({f"{arch}.attention.sliding_window": (c["n_swa"], VT.UINT32),
                    f"{arch}.attn_logit_softcapping": (c["attn_softcap"], VT.FLOAT32),
                    f"{arch}.final_logit_softcapping": (c["final_softcap"], VT.FLOAT32)})
@@ -75,8 +78,7 @@ def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str,
                   (p + "ffn_up.weight", (F, E), "mat"), (p + "ffn_down.weight", (E, F), "mat"),
                   (p + "post_ffw_norm.weight", (E,), "norm")]
         return kv, t      # gemma2 has no output.weight: the output is token_embd
-    c = QWEN2MOE if arch == "qwen2moe" else QWEN3MOE
-    kv = _base_kv(arch, c["n_layer"], c["n_ff"], c["head_dim"])
+    kv = _base_kv(arch, c)
     kv.update({f"{arch}.expert_count": (c["n_expert"], VT.UINT32),
                f"{arch}.expert_used_count": (c["n_used"], VT.UINT32),
                f"{arch}.expert_feed_forward_length": (c["n_ff_exp"], VT.UINT32)})
@@ -104,11 +106,14 @@ def _tensors(arch: str, n_vocab: int) -> Tuple[Dict[str, tuple], List[Tuple[str,
     return kv, t
 
 
-def write(name: str, path: "str | os.PathLike") -> str:
-    """Writes model `name` (a key of SPECS) to path; the same bytes on every call (fixed seed)."""
+def write(name: str, path: "str | os.PathLike", **over) -> str:
+    """Writes model `name` (a key of SPECS) to path; the same bytes on every call (fixed seed). over: sizes
+    replacing those of the arch's table (n_embd, n_layer, n_expert, ...: bench/bench_moe.py's larger model);
+    wtype="q4_0" etc. replaces the matrices' type."""
     arch, wtype = SPECS[name]
+    wtype = over.pop("wtype", wtype)
     n_vocab = len(gguf_util.vocab_tokens())
-    kv, tensors = _tensors(arch, n_vocab)
+    kv, tensors = _tensors(arch, n_vocab, over)
     rng = np.random.default_rng(SEEDS[arch])
     w = gguf.GGUFWriter(str(path), arch)
     w.add_string("general.name", f"tiny-{name}")
@@ -125,9 +130,10 @@ def write(name: str, path: "str | os.PathLike") -> str:
         else:
             gain = 1.0 if tname == "token_embd.weight" else 1.5
             a = (gain / np.sqrt(shp[-1]) * rng.standard_normal(shp)).astype(np.float32)
-        if wtype == "q8_0" and role in ("mat", "exp"):
-            q = gguf.quants.quantize(a, Q.Q8_0)
-            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=Q.Q8_0)
+        if wtype != "f32" and role in ("mat", "exp"):
+            qt = Q[wtype.upper()]
+            q = gguf.quants.quantize(a, qt)
+            w.add_tensor(tname, q, raw_shape=q.shape, raw_dtype=qt)
         else:
             w.add_tensor(tname, a)
     w.write_header_to_file()

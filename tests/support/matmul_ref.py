@@ -9,13 +9,22 @@ from gguf.quants import dequantize
 
 BLOCK = {T.F32: (1, 4), T.F16: (1, 2), T.BF16: (1, 2), T.Q4_0: (32, 18), T.Q4_1: (32, 20), T.Q5_0: (32, 22),
          T.Q5_1: (32, 24), T.Q8_0: (32, 34), T.Q2_K: (256, 84), T.Q3_K: (256, 110), T.Q4_K: (256, 144),
-         T.Q5_K: (256, 176), T.Q6_K: (256, 210)}
+         T.Q5_K: (256, 176), T.Q6_K: (256, 210),
+         T.IQ4_NL: (32, 18), T.IQ4_XS: (256, 136), T.IQ3_S: (256, 110), T.IQ3_XXS: (256, 98),
+         T.IQ2_S: (256, 82), T.IQ2_XS: (256, 74), T.IQ2_XXS: (256, 66), T.IQ1_S: (256, 50), T.IQ1_M: (256, 56),
+         T.TQ1_0: (256, 54), T.TQ2_0: (256, 66), T.MXFP4: (32, 17)}
 # byte offsets of the f16 scale fields (d, and dmin / m) inside a block
 SCALES = {T.Q4_0: (0,), T.Q4_1: (0, 2), T.Q5_0: (0,), T.Q5_1: (0, 2), T.Q8_0: (0,), T.Q2_K: (80, 82),
-          T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+          T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,),
+          T.IQ4_NL: (0,), T.IQ4_XS: (0,), T.IQ3_S: (0,), T.IQ3_XXS: (0,), T.IQ2_S: (0,), T.IQ2_XS: (0,),
+          T.IQ2_XXS: (0,), T.IQ1_S: (0,), T.TQ1_0: (52,), T.TQ2_0: (64,)}
+# IQ1_M's f16 scale is spread over the top nibbles of its four u16 scale words (bytes 48..55); MXFP4's
+# scale is an e8m0 exponent byte (byte 0)
 ACT = {T.F32: "f32", T.F16: "f16", T.BF16: "bf16", T.Q4_0: "q8_0", T.Q5_0: "q8_0", T.Q8_0: "q8_0",
        T.Q4_1: "q8_1", T.Q5_1: "q8_1", T.Q2_K: "q8_k", T.Q3_K: "q8_k", T.Q4_K: "q8_k", T.Q5_K: "q8_k",
-       T.Q6_K: "q8_k"}
+       T.Q6_K: "q8_k", T.IQ4_NL: "q8_0", T.MXFP4: "q8_0", T.IQ4_XS: "q8_k", T.IQ3_S: "q8_k", T.IQ3_XXS: "q8_k",
+       T.IQ2_S: "q8_k", T.IQ2_XS: "q8_k", T.IQ2_XXS: "q8_k", T.IQ1_S: "q8_k", T.IQ1_M: "q8_k", T.TQ1_0: "q8_k",
+       T.TQ2_0: "q8_k"}
 ALL_TYPES = list(BLOCK)
 
 
@@ -43,12 +52,24 @@ def random_weight(t: T, n_rows: int, n_cols: int, rng: np.random.Generator) -> n
     b = rng.integers(0, 256, size=(n_blocks, nb), dtype=np.uint8)
     b[1::7] = 0xFF
     b[3::11] = 0x00
-    for o in SCALES[t]:
-        d = (rng.uniform(1e-3, 2e-2, n_blocks) * rng.choice([1, 1, 1, -1], n_blocks)).astype(np.float16)
-        d[::13] = 0
-        d[2::19] = np.float16(3e-6)  # subnormal half
-        b[:, o:o + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+    for o in SCALES.get(t, ()):
+        b[:, o:o + 2] = _f16_scales(n_blocks, rng).view(np.uint8).reshape(n_blocks, 2)
+    if t == T.IQ1_M:
+        u = _f16_scales(n_blocks, rng).view(np.uint16).astype(np.uint16)
+        sw = b[:, 48:56].copy().view(np.uint16)                      # [n_blocks, 4]
+        for k in range(4):
+            sw[:, k] = (sw[:, k] & 0x0FFF) | (((u >> (4 * k)) & 0xF) << 12)
+        b[:, 48:56] = sw.view(np.uint8)
+    if t == T.MXFP4:                                                  # 2^(e - 128): keep products normal
+        b[:, 0] = rng.integers(110, 141, n_blocks, dtype=np.uint8)
     return b.reshape(-1)
+
+
+def _f16_scales(n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    d = (rng.uniform(1e-3, 2e-2, n_blocks) * rng.choice([1, 1, 1, -1], n_blocks)).astype(np.float16)
+    d[::13] = 0
+    d[2::19] = np.float16(3e-6)  # subnormal half
+    return d
 
 
 def deq(t: T, data: np.ndarray, n_rows: int, n_cols: int) -> np.ndarray:

@@ -199,6 +199,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--batches", default="1,4,16,32")
     ap.add_argument("--llama-cpp", choices=("auto", "live", "json"), default="auto")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--quant", default=None, help="time a copy of each model re-quantised by llama.cpp to this file "
+                    "type (IQ4_XS, IQ3_S, ...: ubatch.bench.quantised) instead of the file itself")
     ap.add_argument("--shared-prompt", action="store_true",
                     help="decode one 128-token prompt and seq_cp it to the B sequences (both sides): the same "
                          "decode work per step with per-seq KV (each stream holds its copy), less attention work "
@@ -221,9 +223,13 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"kernel back-end {cpu['backend']}")
     print(f"{'model':14s} {'workload':24s} {'ubatch tok/s':>12s} {'llama.cpp tok/s':>15s} {'ratio':>6s}  source")
     for name in a.models.split(","):
-        path = fetch.path(name)
+        if a.quant:
+            from ubatch.bench import quantised
+            path = quantised.path(name, a.quant)
+        else:
+            path = fetch.path(name)
         m = Model.from_gguf(path)
-        ref = recorded(name) or {}
+        ref = {} if a.quant else (recorded(name) or {})
         lc = LlamaCpp(str(path)) if live_ok else None
         work = [("prefill 512", None, None)] + [(f"decode B={B} {'unified' if u else 'per-seq'}", B, u)
                                                for u in (False, True) for B in map(int, a.batches.split(","))]
@@ -234,7 +240,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             else:
                 theirs, src = ref.get("prefill" if B is None else (B, u)), "json"
             ratio = ours / theirs if theirs else float("nan")
-            rows.append(dict(model=name, workload=label, ubatch_tok_s=round(ours, 2),
+            rows.append(dict(model=name + (f" {a.quant}" if a.quant else ""), workload=label, ubatch_tok_s=round(ours, 2),
                              llama_cpp_tok_s=None if theirs is None else round(theirs, 2), ratio=round(ratio, 3),
                              source=src, recorded_llama_cpp_tok_s=ref.get("prefill" if B is None else (B, u))))
             print(f"{name:14s} {label:24s} {ours:12.1f} {theirs or float('nan'):15.1f} {ratio:6.2f}  {src}",

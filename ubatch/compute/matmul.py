@@ -4,9 +4,9 @@
     y = matmul(x, w)                               # x float32[n, n_cols] -> float32[n, n_rows] = x @ W.T
     rows = get_rows(w, ids)                        # ids int32[m] -> float32[m, n_cols] (dequantised rows)
 
-Activations are quantised per row as ggml-cpu does for the weight type (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1
-for Q4_1/Q5_1, Q8_K for the k-quants, f16/bf16/f32 for the float types), then integer dot products per
-block. y[i] depends only on x[i] and w, bitwise: whatever the number of rows, the thread count or the call
+Activations are quantised per row as ggml-cpu does for the weight type (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/
+MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants, IQ4_XS, IQ3_*, IQ2_*, IQ1_* and TQ*_0, f16/bf16/f32 for
+the float types), then integer dot products per block. y[i] depends only on x[i] and w, bitwise: whatever the number of rows, the thread count or the call
 (csrc/compute/matmul.c says how). The back-end (avx512, avxvnni, avx2 or plain C) is chosen at run time
 from the CPU; UBATCH_KERNELS=<name> forces one, ``set_backend`` switches it (tests, benchmarks),
 ``backends()`` lists what this CPU has (ubatch.compute.backends).
@@ -18,22 +18,43 @@ from typing import Optional
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.compute import iq_tables
 from ubatch.compute.backends import active_backend, backends, set_backend
 from ubatch.compute.kernels import default_threads
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M = 16, 17, 18, 19, 20, 21, 22, 23, 29
+TQ1_0, TQ2_0, MXFP4 = 34, 35, 39
 TYPE_NAMES = {F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1",
-              Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+              Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K",
+              IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS", IQ3_S: "IQ3_S", IQ3_XXS: "IQ3_XXS", IQ2_S: "IQ2_S",
+              IQ2_XS: "IQ2_XS", IQ2_XXS: "IQ2_XXS", IQ1_S: "IQ1_S", IQ1_M: "IQ1_M", TQ1_0: "TQ1_0",
+              TQ2_0: "TQ2_0", MXFP4: "MXFP4"}
 _NATIVE_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
+
+
+def _other_name(v: int) -> str:
+    """ " (NAME)" for a ggml type the gguf package names (an unsupported one: Q8_K, NVFP4, I8, ...), else ""."""
+    try:
+        from gguf import GGMLQuantizationType
+        return f" ({GGMLQuantizationType(v).name})"
+    except (ImportError, ValueError):
+        return ""
 
 
 def type_info(ggml_type: int) -> tuple:
     """(elements per block, bytes per block) of a supported weight type; ValueError naming it otherwise."""
     blck, nbytes = ffi.new("int32_t *"), ffi.new("int32_t *")
-    if isinstance(ggml_type, bool) or not isinstance(ggml_type, (int, np.integer)) or \
-            not lib.ub_mm_type_info(int(ggml_type), blck, nbytes):
-        raise ValueError(f"unsupported ggml type {ggml_type!r} (supported: "
+    ok = not isinstance(ggml_type, bool) and isinstance(ggml_type, (int, np.integer)) and \
+        lib.ub_mm_type_info(int(ggml_type), blck, nbytes)
+    if not ok:
+        what = repr(ggml_type)
+        if isinstance(ggml_type, (int, np.integer)) and not isinstance(ggml_type, bool):
+            what = f"{int(ggml_type)}{_other_name(int(ggml_type))}"
+        raise ValueError(f"unsupported ggml type {what} (supported: "
                          f"{', '.join(f'{n}={v}' for v, n in sorted(TYPE_NAMES.items()))})")
+    if ok == 2:  # an i-quant whose lookup tables are not set yet
+        iq_tables.ensure()
     return int(blck[0]), int(nbytes[0])
 
 

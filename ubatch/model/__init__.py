@@ -1,7 +1,7 @@
 """The model layer: GGUF reading (gguf_file), hyperparameters (hparams), weights in their block layout
 (weights), the architecture registry (registry, arch/<name>.py) and Model (model)."""
-from ubatch.model.gguf_file import GGUFError
+from ubatch.model.gguf_file import SUPPORTED_TYPES, GGUFError
 from ubatch.model.model import Model
 from ubatch.model.registry import SUPPORTED_ARCHS
 
-__all__ = ["Model", "GGUFError", "SUPPORTED_ARCHS"]
+__all__ = ["Model", "GGUFError", "SUPPORTED_ARCHS", "SUPPORTED_TYPES"]

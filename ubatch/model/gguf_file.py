@@ -24,10 +24,14 @@ GGML_TYPES: Dict[int, Tuple[str, int, int]] = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
     7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
     12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 30: ("BF16", 1, 2),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    29: ("IQ1_M", 256, 56), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
 }
-_OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
-                     20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
-                     27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+SUPPORTED_TYPES = tuple(t[0] for t in GGML_TYPES.values())   # the weight types ubatch reads, by name
+# types llama.cpp 0c1e570 knows that ubatch does not read (named in its errors)
+_OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
+                     40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
 
 # GGUF metadata value types
 _SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
@@ -215,4 +219,4 @@ class GGUFFile:
         return sum(t.nbytes for t in self.tensors.values())
 
 
-__all__ = ["GGUFFile", "GGUFError", "TensorInfo", "GGML_TYPES", "type_name"]
+__all__ = ["GGUFFile", "GGUFError", "TensorInfo", "GGML_TYPES", "SUPPORTED_TYPES", "type_name"]

@@ -25,6 +25,7 @@ from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.weights import TensorSource, Weight
 
 _ERR_LEN = 256
+MAX_EXPERTS = 1024        # LLAMA_MAX_EXPERTS (and MOE_MAX_EXPERTS in moe.c)
 
 
 @dataclass
@@ -67,11 +68,13 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool) -> MoEParams:
     n_expert = _uniform(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), hp.n_layer)
     if n_expert <= 0:
         raise GGUFError(f"{f.path}: n_expert must be > 0 for {a.upper()} ({a}.expert_count)")
+    if n_expert > MAX_EXPERTS:
+        raise GGUFError(f"{f.path}: {a}.expert_count = {n_expert} exceeds llama.cpp's maximum of {MAX_EXPERTS}")
     n_used = _uniform(f, f"{a}.expert_used_count", md.get(f"{a}.expert_used_count", 0), hp.n_layer)
     if n_used <= 0:
         raise GGUFError(f"{f.path}: n_expert_used must be > 0 for {a.upper()} ({a}.expert_used_count)")
     if n_used > n_expert:
-        raise GGUFError(f"{f.path}: {a}.expert_used_count = {n_used} exceeds expert_count = {n_expert}")
+        raise GGUFError(f"{f.path}: {a}.expert_used_count = {n_used} exceeds {a}.expert_count = {n_expert}")
     groups = md.get(f"{a}.expert_group_count", 0)
     if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or int(groups) > 1:
         raise GGUFError(f"{f.path}: {a}.expert_group_count = {groups!r}: expert group selection is not supported")

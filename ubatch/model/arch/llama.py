@@ -72,10 +72,15 @@ def load_rope_factors(src: TensorSource, hp: HParams, *, longrope: Optional[bool
     if longrope is None:
         longrope = hp.rope_scaling == "longrope"
     half = hp.n_rot // 2
-    if longrope:
-        return {"rope_long": src.vector("rope_factors_long.weight", half, required=False),
-                "rope_short": src.vector("rope_factors_short.weight", half, required=False)}
-    return {"rope_freqs": src.vector("rope_freqs.weight", half, required=False)}
+    names = {"rope_long": "rope_factors_long.weight", "rope_short": "rope_factors_short.weight"} if longrope \
+        else {"rope_freqs": "rope_freqs.weight"}
+    out = {}
+    for key, name in names.items():
+        v = src.vector(name, half, required=False)
+        if v is not None and not (np.all(np.isfinite(v)) and np.all(v != 0)):
+            raise GGUFError(f"{src.f.path}: tensor '{name}' must hold finite non-zero factors")
+        out[key] = v
+    return out
 
 
 def refuse_ffn_bias(src: TensorSource, p: str) -> None:

@@ -18,9 +18,12 @@ import numpy as np
 # ggml type ids (GGMLQuantizationType)
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 0, 1, 2, 3, 6, 7, 8, 9
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, BF16 = 10, 11, 12, 13, 14, 20, 30
+IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, TQ1_0, TQ2_0, MXFP4 = 16, 17, 18, 19, 21, 22, 23, 29, 34, 35, 39
 
 _KIND = {F32: "f32", F16: "f16", BF16: "bf16", Q4_0: "q8_0", Q5_0: "q8_0", Q8_0: "q8_0", IQ4_NL: "q8_0",
-         Q4_1: "q8_1", Q5_1: "q8_1", Q2_K: "q8_k", Q3_K: "q8_k", Q4_K: "q8_k", Q5_K: "q8_k", Q6_K: "q8_k"}
+         Q4_1: "q8_1", Q5_1: "q8_1", Q2_K: "q8_k", Q3_K: "q8_k", Q4_K: "q8_k", Q5_K: "q8_k", Q6_K: "q8_k",
+         MXFP4: "q8_0", IQ4_XS: "q8_k", IQ3_S: "q8_k", IQ3_XXS: "q8_k", IQ2_S: "q8_k", IQ2_XS: "q8_k",
+         IQ2_XXS: "q8_k", IQ1_S: "q8_k", IQ1_M: "q8_k", TQ1_0: "q8_k", TQ2_0: "q8_k"}
 
 
 def act_kind(weight_type: int) -> str:
