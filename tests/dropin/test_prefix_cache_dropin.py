@@ -1,4 +1,4 @@
-"""Prefix reuse in the drop-in's batched paths (`Llama(..., n_seq_max=N)`, ubatch/llama_cpp/_prefix.py) on the tiny
+"""Prefix reuse in the drop-in's batched paths (`Llama(..., n_seq_max=N)`, the engine's prefix cache) on the tiny
 model with a byte vocabulary: completions are identical with and without it (greedy and seeded, n > 1, prompts
 sharing a long prefix, a second turn that re-sends the first), the cached prefixes are reused (hits, tokens saved),
 a full KV cache evicts them instead of failing (also for the single-sequence path), and a cleared KV cache does not

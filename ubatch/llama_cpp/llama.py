@@ -333,7 +333,7 @@ class Llama:
 
     def _decode_chunk(self, n: int) -> None:
         """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
-        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
+        (the engine's prefix cache), so cached prefixes never make a decode fail that would succeed without."""
         pre = self._parallel.prefix if self._parallel is not None else None
         while True:
             rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
