@@ -1,16 +1,17 @@
 """Decode-loop benchmark: tokens/s of full continuous-batching steps on the embedded tiny model, and where
 the time goes — planning (allocator init + split + KV placement: find_slot dry run, apply, slot read-back and
-KQ mask) vs computing (ModelRunner.compute) vs the rest.
+the rows' visible-cell lists) vs computing (ModelRunner.compute) vs the rest.
 
 Each workload is a seeded stream of random-token prompts generated greedily by LLMEngine (the `ubatch run` loop,
 prefix cache off).
-Timing is by instrumentation only: the methods Context.decode calls (allocator.init, Context._split,
-KVCache._prepare / _apply / _placement / _mask, ModelRunner.compute / update) and the engine's step are
+Timing is by instrumentation only: the methods Context.decode calls (allocator.init, the memory protocol's
+KVCache.init_batch (split + prepare) / apply / placement (incl. visible), ModelRunner.compute / update) and the
+engine's step are
 wrapped on the instances with perf_counter_ns timers; the library is not modified. Columns:
 
   tok/s      decoded tokens (prompt + fed-back samples) / total step time
   µs/step    mean time of one scheduler step (build the batch, decode, sample, retire)
-  plan %     init + split + prepare + apply + placement (incl. mask), share of the step time
+  plan %     init + init_batch (split + prepare) + apply + placement (incl. visible), share of the step time
   compute %  ModelRunner.compute (forward pass incl. C attention) share
   glue %     the rest of Context.decode (Batch/argument checks, output bookkeeping)
   serve %    outside decode: scheduling and batch building, Batch.from_arrays, sampling, detokenisation,
@@ -47,7 +48,7 @@ WORKLOADS = [
     ("prefill-heavy 8 seqs", 32, 8, (96, 200), (2, 4), 2048, 256, 128, False),
 ]
 
-PLAN = ("init", "split", "kv_prepare", "kv_apply", "placement")
+PLAN = ("init", "init_batch", "kv_apply", "placement")
 
 
 class Timers:
@@ -74,11 +75,11 @@ def instrument(ctx, engine) -> Timers:
     T = Timers()
     kv = ctx.memory
     T.wrap(ctx, "decode", "decode")
-    T.wrap(kv, "_split", "split")               # the memory's split (memory.init_batch)
-    T.wrap(kv, "_prepare", "kv_prepare")
-    T.wrap(kv, "_apply", "kv_apply")
-    T.wrap(kv, "_placement", "placement")
-    T.wrap(kv, "_mask", "mask")                 # inside placement
+    T.wrap(kv, "init_batch", "init_batch")      # the memory's split + dry run
+    T.wrap(kv, "prepare", "kv_prepare")         # inside init_batch
+    T.wrap(kv, "apply", "kv_apply")
+    T.wrap(kv, "placement", "placement")
+    T.wrap(kv, "visible", "visible")            # inside placement
     T.wrap(ctx._runner, "compute", "compute")
     T.wrap(ctx._runner, "update", "update")
     T.wrap(engine, "step", "step")
@@ -141,7 +142,7 @@ def run_once(model, wl, threads):
         "time_us": {k: v / 1e3 for k, v in sorted(ns.items())},
         "share": {"plan": plan / step, "compute": ns.get("compute", 0) / step, "kv_update": ns.get("update", 0) / step,
                   "decode_glue": (dec - inside) / step, "serve": (step - dec) / step,
-                  **{f"plan.{k}": ns.get(k, 0) / step for k in PLAN}, "plan.placement.mask": ns.get("mask", 0) / step},
+                  **{f"plan.{k}": ns.get(k, 0) / step for k in PLAN}, "plan.placement.visible": ns.get("visible", 0) / step},
     }
 
 
@@ -172,7 +173,7 @@ def main(argv=None) -> int:
     reps = 1 if args.quick else max(1, args.reps)
     rows = []
     hdr = (f"{'workload':24s} {'par':>3s} {'uni':>3s} {'steps':>5s} {'ubs':>5s} {'tokens':>6s} {'tok/s':>8s} "
-           f"{'us/step':>8s} {'plan%':>6s} {'comp%':>6s} {'glue%':>6s} {'serve%':>6s}  plan: init/split/prep/apply/place(mask) %")
+           f"{'us/step':>8s} {'plan%':>6s} {'comp%':>6s} {'glue%':>6s} {'serve%':>6s}  plan: init/init_batch/apply/place(visible) %")
     print(hdr)
     print("-" * len(hdr))
     for wl in wls:
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
         r["step_s_all"] = [x["step_s"] for x in runs]
         rows.append(r)
         s = r["share"]
-        parts = "/".join(f"{100 * s['plan.' + k]:.1f}" for k in PLAN) + f"({100 * s['plan.placement.mask']:.1f})"
+        parts = "/".join(f"{100 * s['plan.' + k]:.1f}" for k in PLAN) + f"({100 * s['plan.placement.visible']:.1f})"
         print(f"{r['workload']:24s} {r['parallel']:3d} {'yes' if r['kv_unified'] else 'no':>3s} {r['steps']:5d} "
               f"{r['ubatches']:5d} {r['decoded_tokens']:6d} {r['tokens_per_s']:8.0f} {r['us_per_step']:8.0f} "
               f"{100 * s['plan']:6.1f} {100 * s['compute']:6.1f} {100 * s['decode_glue']:6.1f} {100 * s['serve']:6.1f}"

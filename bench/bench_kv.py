@@ -75,22 +75,19 @@ def time_mask(ctx, batch, reps, ub_index=0, warmup=20):
     ctx.decode(batch)
     ubs = ctx.last_ubatches
     kv.restore(snap)
-    kv._prepare(ubs)          # the internals under memory.init_batch / begin / apply (the batch's own ubatches)
-    kv._begin()
+    plan = kv.prepare(ubs)    # the memory protocol, driven by hand on the batch's own ubatches
+    kv.begin(plan)
     for i in range(ub_index + 1):
-        kv._apply(i, ubs[i])
-    n_kv = kv._n_kv(ub_index)
-    ub = ubs[ub_index]
-    pl = kv._placement(ub_index, ub)
-    buf = np.empty_like(pl.mask)
+        kv.apply(plan, i)
+    buf = kv.mask(plan, ub_index)
     ts = []
     for r in range(warmup + reps):
         t0 = time.perf_counter_ns()
-        kv._mask(ub_index, ub, n_kv, out=buf)
+        kv.mask(plan, ub_index, out=buf)
         t1 = time.perf_counter_ns()
         if r >= warmup:
             ts.append((t1 - t0) / 1000)
-    kv._rollback()
+    kv.rollback(plan)
     kv.restore(snap)
     return ts, tuple(buf.shape)
 

@@ -98,6 +98,15 @@ int32_t ub_kv_n_kv(ub_kv *kv, int32_t i);
 /* KQ mask of plan slot i for ub in the current state: out float[ns * per * n_kv] (caller-owned),
  * out[(k*per + r)*n_kv + j] = 0 if ubatch row k*per + r may attend cell j of stream strm[k], else -inf. */
 int ub_kv_mask(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, float *out, int32_t n_kv);
+/* The visible-cell lists of plan slot i for ub in the current state (what the visible-cell attention
+ * consumes; the same rule as ub_kv_mask, without the dense mask): row r sees cells[off[r] .. off[r+1]) of
+ * stream row_stream[r], ascending (position, cell index). swa_type < 0: this cache's window; otherwise
+ * that window (UB_SWA_*, n_swa >= 1 unless NONE). On UB_OK *out = one malloc'd block owned by the caller,
+ * freed with ub_kv_vis_free: int32 row_stream[n], off[n + 1], cells[*n_cells] back to back (n =
+ * ub->n_tokens). On failure *out = NULL and nothing changes. */
+int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int32_t n_kv, int32_t swa_type,
+                  int32_t n_swa, int32_t **out, int64_t *n_cells);
+void ub_kv_vis_free(int32_t *block);
 
 /* Whole-state snapshots (for tests and rollback). snap_equal: 1 if the current state equals the
  * snapshot (cells, heads, used, shifts, sequence bounds, copy queue), else 0. */

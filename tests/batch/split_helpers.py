@@ -52,13 +52,13 @@ class SeqPosMemory:
 
 
 class FastSeqPosMemory(SeqPosMemory):
-    """The same memory, also offering the native allocator's fast path `_seq_pos_bounds`."""
+    """The same memory, also offering the native allocator's fast path `seq_pos_bounds`."""
 
     def __init__(self, ranges: Optional[Dict[int, Tuple[int, int]]] = None) -> None:
         super().__init__(ranges)
         self.fast_calls = 0
 
-    def _seq_pos_bounds(self, n_seq_max: int) -> Tuple[np.ndarray, np.ndarray]:
+    def seq_pos_bounds(self, n_seq_max: int) -> Tuple[np.ndarray, np.ndarray]:
         self.fast_calls += 1
         lo = np.full(n_seq_max, -1, dtype=np.int32)
         hi = np.full(n_seq_max, -1, dtype=np.int32)

@@ -211,14 +211,14 @@ def test_native_memory_fast_path_is_checked() -> None:
             super().__init__()
             self.arrays = (lo, hi)
 
-        def _seq_pos_bounds(self, n_seq_max):
+        def seq_pos_bounds(self, n_seq_max):
             return self.arrays
 
-    _raises(ValueError, r"_seq_pos_bounds\(\)\[0\] has shape \(1,\), expected \(2,\)", a.init, _tok(), n_seq_max=2,
+    _raises(ValueError, r"seq_pos_bounds\(\)\[0\] has shape \(1,\), expected \(2,\)", a.init, _tok(), n_seq_max=2,
             memory=Fast(np.zeros(1, np.int64), np.zeros(2, np.int64)))
-    _raises(ValueError, r"_seq_pos_bounds\(\)\[1\]\[1\] = -3 is outside", a.init, _tok(), n_seq_max=2,
+    _raises(ValueError, r"seq_pos_bounds\(\)\[1\]\[1\] = -3 is outside", a.init, _tok(), n_seq_max=2,
             memory=Fast(np.zeros(2, np.int64), np.array([0, -3])))
-    _raises(TypeError, r"_seq_pos_bounds\(\)\[0\] has dtype float64", a.init, _tok(), n_seq_max=2,
+    _raises(TypeError, r"seq_pos_bounds\(\)\[0\] has dtype float64", a.init, _tok(), n_seq_max=2,
             memory=Fast(np.zeros(2), np.zeros(2, np.int64)))
 
 

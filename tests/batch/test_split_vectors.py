@@ -116,7 +116,7 @@ def replay_run(cls, case: dict, ri: int, run: dict, fast_mem: bool) -> List[str]
 
     errs: List[str] = []
     if mem is not None and fast_mem and type(a).__name__ != "ReferenceAllocator" and mem.fast_calls == 0:
-        errs.append(f"{where}: the memory's _seq_pos_bounds fast path was not used")
+        errs.append(f"{where}: the memory's seq_pos_bounds fast path was not used")
     # the normalised batch (positions incl. automatic ones, output flags after output_all), when exposed
     nb = run["batch"]
     if hasattr(a, "pos") and hasattr(a, "output"):

@@ -29,11 +29,11 @@ class _FailOn:
         self.runner, self.k, self.calls = runner, k, 0
         self.orig = runner.compute
 
-    def __call__(self, ub, place):
+    def __call__(self, ub, place, *saved):
         self.calls += 1
         if self.calls == self.k:
             raise RuntimeError("injected compute failure")
-        return self.orig(ub, place)
+        return self.orig(ub, place, *saved)
 
 
 @pytest.mark.parametrize("kv_unified", [True, False])

@@ -19,9 +19,9 @@ def _masks(ctx: ubatch.Context) -> list:
     """Records the Placement masks the context hands to its runner."""
     seen, compute = [], ctx._runner.compute
 
-    def spy(ub, place):
+    def spy(ub, place, *saved):
         seen.append((place.cells.copy(), place.mask.copy()))
-        return compute(ub, place)
+        return compute(ub, place, *saved)
 
     ctx._runner.compute = spy
     return seen

@@ -111,8 +111,8 @@ def test_update_copies_and_shift():
 def test_bad_placement_and_input():
     ub = one_ubatch([1, 2], [0, 1], [0, 0])
     r = ModelRunner(MODEL, n_stream=1, kv_size=16, n_threads=1)
-    good = Placement(streams=np.zeros(1, np.int32), cells=np.array([[0, 1]], np.int32), n_kv=16,
-                     mask=np.zeros((1, 2, 16), np.float32))
+    good = dict(streams=np.zeros(1, np.int32), cells=np.array([[0, 1]], np.int32), n_kv=16,
+                mask=np.zeros((1, 2, 16), np.float32))
     cases = [
         (dict(cells=np.array([[0, 16]], np.int32)), "cells out of range"),
         (dict(cells=np.array([[3, 3]], np.int32)), "same cell"),
@@ -123,7 +123,7 @@ def test_bad_placement_and_input():
         (dict(streams=np.zeros(3, np.int32)), "not a multiple"),
     ]
     for change, msg in cases:
-        p = Placement(**{**good.__dict__, **change})
+        p = Placement(**{**good, **change})
         with pytest.raises(ValueError, match=msg):
             r.compute(ub, p)
     assert all(not a.any() for a in r.k + r.v)

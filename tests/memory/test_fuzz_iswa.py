@@ -46,12 +46,11 @@ class ISWAMachine(RuleBasedStateMachine):
         return Batch.from_arrays(tokens=[1] * len(rows), pos=pos, seq_ids=[s for s, _ in rows])
 
     def _place_single(self, kv, ubs):
-        kv._prepare(ubs)
-        kv.take_update()
-        kv._begin()
-        for i, ub in enumerate(ubs):
-            kv._apply(i, ub)
-        kv._commit()
+        plan = kv.prepare(ubs)
+        kv.begin(plan)
+        for i in range(len(ubs)):
+            kv.apply(plan, i)
+        kv.commit(plan)
 
     @precondition(lambda self: hasattr(self, "pair"))
     @rule(seqs=st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True), n=st.integers(1, 9),
@@ -77,7 +76,7 @@ class ISWAMachine(RuleBasedStateMachine):
                 refused = False
                 for kv in (self.full, self.slide):
                     try:
-                        kv._prepare(ubs)
+                        kv.prepare(ubs)
                     except KVCacheFullError:
                         refused = True
                 assert refused, f"the pair refused {split} but both single caches accept it"

@@ -95,7 +95,7 @@ def test_dry_run_swa_purge_is_undone():
     ub_purging = ubatches(kv, [9], [0])[0]             # reuses cell 0 and purges pos [1, 6) of seq 0
     ub_too_big = ubatches(KVCache(1, 16), list(range(9)), [1] * 9)[0]   # 9 tokens > 8 cells
     with pytest.raises(KVCacheFullError, match="n_tokens = 9 > size = 8"):
-        kv._prepare([ub_purging, ub_too_big])
+        kv.prepare([ub_purging, ub_too_big])
     assert kv.equals(snap)
     assert kv.seq_pos_min(0) == 1 and kv.used(0) == 8
 
@@ -133,14 +133,16 @@ def test_journal_transaction_rules():
     kv = KVCache(1, 16)
     place(kv, [0, 1, 2], [0, 0, 0])
     snap = kv.snapshot()
-    kv._begin()
-    with pytest.raises(ValueError, match="already open"):
-        kv._begin()
-    kv.seq_rm(0, 1, -1)
-    kv.seq_cp(0, 3)
-    kv.seq_add(3, -1, -1, 4)
-    kv.clear()
-    kv._rollback()
+    with pytest.raises(RuntimeError, match="undo"):
+        with kv.transaction():
+            with pytest.raises(ValueError, match="already open"):
+                with kv.transaction():
+                    pass
+            kv.seq_rm(0, 1, -1)
+            kv.seq_cp(0, 3)
+            kv.seq_add(3, -1, -1, 4)
+            kv.clear()
+            raise RuntimeError("undo")
     assert kv.equals(snap)
     with pytest.raises(ValueError, match="no KV transaction"):
-        kv._commit()
+        kv.commit(None)

@@ -140,12 +140,12 @@ def test_injected_failure_leaves_both_caches_bit_identical(where, unified, monke
     assert mem.base.has_pending_update() and mem.swa.has_pending_update()
     calls = {"n": 0}
     target = {"base_apply": mem.base, "swa_apply": mem.swa, "swa_prepare": mem.swa}[where]
-    name = "_prepare" if where.endswith("prepare") else "_apply"
+    name = "prepare" if where.endswith("prepare") else "apply"
     orig = getattr(target, name)
 
     def failing(*a, **k):
         calls["n"] += 1
-        if name == "_prepare" or calls["n"] == 3:
+        if name == "prepare" or calls["n"] == 3:
             raise RuntimeError(f"injected failure in {where}")
         return orig(*a, **k)
 
@@ -226,7 +226,7 @@ def _install_swa_runner(monkeypatch):
         def update(self, copies, shift, swa_copies=None, swa_shift=None):
             self.updates.append((list(copies), shift is not None, list(swa_copies or []), swa_shift is not None))
 
-        def compute(self, ub, place):
+        def compute(self, ub, place, saved=None):
             assert place.swa is not None and place.swa.cells.shape == place.cells.shape
             return super().compute(ub, place)
 

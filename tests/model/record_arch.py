@@ -9,7 +9,8 @@ Written to tests/data/arch/<model>.npz:
     top2_<cfg>        int32[rows, 2] / float32 top2v_<cfg>: each configuration's two largest logits
     maxdiff_<cfg>     float32[rows]: per-row max |logit - first configuration's| over the whole vocabulary
 and tests/data/arch/<model>.json: the model file's sha256 (as tiny_arch.write produces it), the scenario, the
-configurations, llama-cpp-python's version and the spread (max of maxdiff over rows and configurations)."""
+configurations, llama-cpp-python's version and the spread (max of maxdiff over rows and configurations).
+python tests/model/record_arch.py mixtral-f32 ... records only the models named."""
 import ctypes
 import json
 import os
@@ -66,7 +67,7 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     L.llama_backend_init()
     with tempfile.TemporaryDirectory() as td:
-        for name in tiny_arch.SPECS:
+        for name in sys.argv[1:] or tiny_arch.SPECS:   # model names to (re-)record, default all
             path = tiny_arch.write(name, os.path.join(td, name + ".gguf"))
             runs = {c["tag"]: run(path, c) for c in S.CONFIGS}
             first = runs[S.CONFIGS[0]["tag"]]

@@ -1,5 +1,5 @@
-"""gemma2, qwen2moe and qwen3moe on tiny random-weight GGUFs (tests/model/tiny_arch.py, written from fixed seeds):
-agreement with llama.cpp's recorded logits (tests/data/arch, made by tests/model/record_arch.py), batch invariance
+"""gemma2, qwen2moe, qwen3moe, olmoe and llama with experts (Mixtral) on tiny random-weight GGUFs
+(tests/model/tiny_arch.py, written from fixed seeds): agreement with llama.cpp's recorded logits (tests/data/arch, made by tests/model/record_arch.py), batch invariance
 bitwise (MoE included: the same prompt with other companions, n_ubatch, thread counts, KV layouts, chunks),
 the fused C layer against the Python reference path, the MoE block (csrc/compute/moe.c) against a numpy
 reference and row by row, and the load-time errors naming the arch / hparam / tensor.
@@ -92,7 +92,8 @@ INV = [dict(others=0, n_ubatch=512, kv_unified=False, n_threads=2, chunks=()),
        dict(others=3, n_ubatch=512, kv_unified=False, n_threads=1, chunks=(9,), type_kv="f16")]
 
 
-@pytest.mark.parametrize("name", ["gemma2-q8_0", "qwen2moe-q8_0", "qwen3moe-f32", "qwen3moe-q8_0"])
+@pytest.mark.parametrize("name", ["gemma2-q8_0", "qwen2moe-q8_0", "qwen3moe-f32", "qwen3moe-q8_0", "mixtral-q8_0",
+                                  "olmoe-q8_0"])
 def test_batch_invariance_bitwise(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [17], seed=5)[0]
@@ -109,7 +110,7 @@ def test_batch_invariance_bitwise(files, name):
                 assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} {kvt}"
 
 
-@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0"])
+@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0", "mixtral-q8_0", "olmoe-f32"])
 def test_fused_equals_reference_path(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [13], seed=2)[0]
@@ -158,7 +159,7 @@ def _np_moe(m, mw, h):
     return out, sel, w
 
 
-@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32"])
+@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32", "mixtral-f32", "olmoe-f32"])
 def test_moe_block_against_numpy(files, name):
     m, mw = _moe_layer(files, name)
     h = np.random.default_rng(4).standard_normal((40, m.n_embd)).astype(np.float32)
@@ -254,10 +255,20 @@ def test_qwen3moe_refusals(files, tmp_path, change, match):
 
 def test_expert_count_on_a_dense_arch_is_refused(tmp_path):
     import gguf_util
+    kv = gguf_util.standard_kv("qwen2")
+    kv["qwen2.expert_count"] = (4, U32)
+    p = gguf_util.write(tmp_path / "qwen2_moe.gguf", kv, arch="qwen2", n_vocab=len(gguf_util.vocab_tokens()))
+    with pytest.raises(GGUFError, match="arch 'qwen2' has no mixture-of-experts layers"):
+        Model.from_gguf(p)
+    # llama reads experts (Mixtral): a file with experts but no dense FFN tensors is checked as one
     kv = gguf_util.standard_kv("llama")
     kv["llama.expert_count"] = (4, U32)
     p = gguf_util.write(tmp_path / "llama_moe.gguf", kv, n_vocab=len(gguf_util.vocab_tokens()))
-    with pytest.raises(GGUFError, match="arch 'llama' has no mixture-of-experts layers"):
+    with pytest.raises(GGUFError, match=r"n_expert_used must be > 0 for LLAMA \(llama.expert_used_count\)"):
+        Model.from_gguf(p)
+    kv["llama.expert_used_count"] = (2, U32)
+    p = gguf_util.write(tmp_path / "llama_moe2.gguf", kv, n_vocab=len(gguf_util.vocab_tokens()))
+    with pytest.raises(GGUFError, match="missing tensor 'blk.0.ffn_gate_inp.weight'"):
         Model.from_gguf(p)
 
 
@@ -271,8 +282,13 @@ def test_hparams_read(files):
     q3 = Model.from_gguf(files["qwen3moe-f32"])
     assert (q3.hparams.moe.n_expert_used, q3.hparams.moe.norm_w, q3.head_dim, q3.hparams.moe.n_ff_shexp) == \
         (3, True, 24, 0)
+    mx = Model.from_gguf(files["mixtral-f32"])
+    assert (mx.arch, mx.hparams.moe.n_expert, mx.hparams.moe.n_expert_used, mx.hparams.moe.n_ff_exp,
+            mx.hparams.moe.norm_w, mx.weights.layers[0].w_gate) == ("llama", 4, 2, 64, True, None)
+    ol = Model.from_gguf(files["olmoe-f32"])
+    assert (ol.hparams.moe.n_expert_used, ol.hparams.moe.norm_w, ol.weights.layers[0].q_norm.shape) == (2, False, (64,))
     from ubatch.model.registry import SUPPORTED_ARCHS
-    assert {"gemma2", "qwen2moe", "qwen3moe"} <= set(SUPPORTED_ARCHS)
+    assert {"gemma2", "qwen2moe", "qwen3moe", "olmoe"} <= set(SUPPORTED_ARCHS)
 
 
 F32 = gguf.GGUFValueType.FLOAT32

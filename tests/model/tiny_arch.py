@@ -1,4 +1,4 @@
-"""Tiny random-weight GGUF models of the gemma2, qwen2moe and qwen3moe architectures, written with the `gguf`
+"""Tiny random-weight GGUF models of the gemma2, qwen2moe, qwen3moe, llama-with-experts (Mixtral) and olmoe architectures, written with the `gguf`
 package from fixed seeds (tests never download a model for these archs).
 
     write(name, path) -> path     one model of SPECS (name = "<arch>-<type>", e.g. "qwen3moe-q8_0")
@@ -9,7 +9,8 @@ to load it) and the hyperparameter keys llama.cpp reads for its arch. Sizes are 
 exercised: gemma2 alternates sliding (window 6) and global layers and has soft-caps (attention 3, final 12)
 small enough that tanh bends the values; the MoE models have 8 experts (top-2 for qwen2moe with its shared
 expert, top-3 for qwen3moe with the routing weights normalised), qwen3moe has key_length 24 (n_head * 24 !=
-n_embd) and q/k norms. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
+n_embd) and q/k norms; "mixtral" is GGUF arch llama with 4 experts of width n_ff, top-2; "olmoe" has whole-row q/k norms and 8 experts
+of width n_ff, top-2, not renormalised. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
 and "q8_0" (matrices Q8_0 as llama-quantize leaves them, router / norms / shared-expert gate f32)."""
 from __future__ import annotations
 
@@ -29,14 +30,17 @@ VT = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType
 E, NH, NKV = 64, 4, 2
 
-ARCHS = ("gemma2", "qwen2moe", "qwen3moe")
+ARCHS = ("gemma2", "qwen2moe", "qwen3moe", "mixtral", "olmoe")   # mixtral: GGUF arch "llama" with experts
 TYPES = ("f32", "q8_0")
 SPECS = {f"{a}-{t}": (a, t) for a in ARCHS for t in TYPES}
-SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303}
+SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303, "mixtral": 8807, "olmoe": 7707}
+GGUF_ARCH = {"mixtral": "llama"}
 
 GEMMA2 = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
 QWEN2MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
 QWEN3MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
+OLMOE = dict(n_embd=E, n_head=NH, n_head_kv=NH, n_layer=3, n_ff=64, head_dim=16, n_expert=8, n_used=2, n_ff_exp=64)
+MIXTRAL = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=64, head_dim=16, n_expert=4, n_used=2, n_ff_exp=64)
 
 
 def _tokenizer_kv() -> Dict[str, tuple]:
@@ -60,7 +64,7 @@ def _base_kv(arch: str, c: dict) -> Dict[str, tuple]:
 def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
     """(metadata, [(tensor name, numpy shape [outer..inner], role)]); role: "mat" (matrix, quantisable),
     "exp" (stacked expert matrices, quantisable), "f32" (kept f32: norms, biases, router, shared gate)."""
-    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE}[arch], **over)
+    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE, "mixtral": MIXTRAL, "olmoe": OLMOE}[arch], **over)
     E, NH, NKV = c["n_embd"], c["n_head"], c["n_head_kv"]
     t: List[Tuple[str, tuple, str]] = [("token_embd.weight", (n_vocab, E), "mat"), ("output_norm.weight", (E,), "norm")]
     if arch == "gemma2":
@@ -78,10 +82,11 @@ def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], Lis
                   (p + "ffn_up.weight", (F, E), "mat"), (p + "ffn_down.weight", (E, F), "mat"),
                   (p + "post_ffw_norm.weight", (E,), "norm")]
         return kv, t      # gemma2 has no output.weight: the output is token_embd
-    kv = _base_kv(arch, c)
-    kv.update({f"{arch}.expert_count": (c["n_expert"], VT.UINT32),
-               f"{arch}.expert_used_count": (c["n_used"], VT.UINT32),
-               f"{arch}.expert_feed_forward_length": (c["n_ff_exp"], VT.UINT32)})
+    ga = GGUF_ARCH.get(arch, arch)
+    kv = _base_kv(ga, c)
+    kv.update({f"{ga}.expert_count": (c["n_expert"], VT.UINT32), f"{ga}.expert_used_count": (c["n_used"], VT.UINT32)})
+    if arch not in ("mixtral", "olmoe"):   # experts of width n_ff (llama.cpp reads no expert_feed_forward_length)
+        kv[f"{ga}.expert_feed_forward_length"] = (c["n_ff_exp"], VT.UINT32)
     if arch == "qwen2moe":
         kv[f"{arch}.expert_shared_feed_forward_length"] = (c["n_ff_shexp"], VT.UINT32)
     t.append(("output.weight", (n_vocab, E), "mat"))
@@ -93,8 +98,10 @@ def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], Lis
         if arch == "qwen2moe":
             t += [(p + "attn_q.bias", (NH * hd,), "f32"), (p + "attn_k.bias", (NKV * hd,), "f32"),
                   (p + "attn_v.bias", (NKV * hd,), "f32")]
-        else:
+        elif arch == "qwen3moe":
             t += [(p + "attn_q_norm.weight", (hd,), "norm"), (p + "attn_k_norm.weight", (hd,), "norm")]
+        elif arch == "olmoe":      # whole-row norms {n_embd}
+            t += [(p + "attn_q_norm.weight", (E,), "norm"), (p + "attn_k_norm.weight", (E,), "norm")]
         t += [(p + "attn_output.weight", (E, NH * hd), "mat"), (p + "ffn_norm.weight", (E,), "norm"),
               (p + "ffn_gate_inp.weight", (X, E), "f32"),
               (p + "ffn_gate_exps.weight", (X, Fe, E), "exp"), (p + "ffn_up_exps.weight", (X, Fe, E), "exp"),
@@ -115,7 +122,7 @@ def write(name: str, path: "str | os.PathLike", **over) -> str:
     n_vocab = len(gguf_util.vocab_tokens())
     kv, tensors = _tensors(arch, n_vocab, over)
     rng = np.random.default_rng(SEEDS[arch])
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), GGUF_ARCH.get(arch, arch))
     w.add_string("general.name", f"tiny-{name}")
     for key, (val, vt, *sub) in kv.items():
         if vt == VT.ARRAY:

@@ -30,10 +30,10 @@ class ThreadServer:
         runner = engine.ctx._runner
         real = runner.compute
 
-        def compute(ub, place):                      # the injected fault
+        def compute(ub, place, *saved):              # the injected fault
             if (ub.token == POISON).any():
                 raise RuntimeError("injected fault: poisoned token")
-            return real(ub, place)
+            return real(ub, place, *saved)
 
         runner.compute = compute
         self.state = ServerState(cfg, engine)

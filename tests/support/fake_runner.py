@@ -34,7 +34,7 @@ class FakeRunner:
     def update(self, copies, shift):
         self.updates.append((list(copies), None if shift is None else shift.copy()))
 
-    def compute(self, ub, place: Placement) -> ComputeResult:
+    def compute(self, ub, place: Placement, saved=None) -> ComputeResult:
         self.calls += 1
         if self.fail_at is not None and self.calls == self.fail_at:
             raise RuntimeError("compute failed (test)")

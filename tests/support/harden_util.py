@@ -82,7 +82,7 @@ class FakeMemory:
     def __init__(self, pmin, pmax, fast: bool):
         self.pmin, self.pmax = list(pmin), list(pmax)
         if fast:
-            self._seq_pos_bounds = lambda n: (np.array(self.pmin[:n], np.int64), np.array(self.pmax[:n], np.int64))
+            self.seq_pos_bounds = lambda n: (np.array(self.pmin[:n], np.int64), np.array(self.pmax[:n], np.int64))
 
     def seq_pos_min(self, s):
         return self.pmin[s]

@@ -24,10 +24,10 @@ def _int_arg(name: str, v) -> int:
 
 
 def seq_pos_bounds(memory, n_seq_max: int):
-    """(int32[n_seq_max] min, int32[n_seq_max] max) from a memory's bulk `_seq_pos_bounds` (the built-in
-    caches: O(1) per sequence in C), checked."""
-    mn, mx = memory._seq_pos_bounds(n_seq_max)
-    return _bounds("memory._seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory._seq_pos_bounds()[1]", mx, n_seq_max)
+    """(int32[n_seq_max] min, int32[n_seq_max] max) from a memory's bulk `seq_pos_bounds` (the memory
+    protocol's; the built-in caches: O(1) per sequence in C), checked."""
+    mn, mx = memory.seq_pos_bounds(n_seq_max)
+    return _bounds("memory.seq_pos_bounds()[0]", mn, n_seq_max), _bounds("memory.seq_pos_bounds()[1]", mx, n_seq_max)
 
 
 def _ask(name: str, fn, ids_c, n: int, n_seq_max: int):
@@ -164,7 +164,7 @@ class BatchAllocator:
         mn = mx = ffi.NULL
         keep = None
         if memory is not None and 1 <= n_seq_max <= LLAMA_MAX_SEQ:
-            if hasattr(memory, "_seq_pos_bounds"):
+            if callable(getattr(memory, "seq_pos_bounds", None)):   # the memory protocol's bulk query
                 lo, hi = seq_pos_bounds(memory, n_seq_max)
                 keep = (lo, hi)
                 mn, mx = ffi.from_buffer("int32_t[]", lo), ffi.from_buffer("int32_t[]", hi)

@@ -16,7 +16,7 @@ The project's deliberate differences from llama.cpp are implemented here exactly
 
 Error messages are llama.cpp's text without the "init: " prefix and the trailing newline. A memory is
 read only through seq_pos_min(s)/seq_pos_max(s) for every s < n_seq_max (the reference ignores the
-native fast path `_seq_pos_bounds`); values must be ints in [-1, INT32_MAX].
+native fast path `seq_pos_bounds`); values must be ints in [-1, INT32_MAX].
 """
 from __future__ import annotations
 

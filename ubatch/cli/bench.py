@@ -40,6 +40,8 @@ KERNEL_BENCHES = {
     "prefix": ("ubatch.bench.prefix_bench", "bench_prefix.py",
                "prefix caching: a shared system prompt and multi-turn chats, with / without the cache, beside "
                "llama-cpp-python's server"),
+    "ramcache": ("ubatch.bench.ramcache_bench", "bench_ramcache.py",
+                 "a LlamaRAMCache user's time to first token with a shared prefix, beside llama-cpp-python's"),
     "grammar": ("ubatch.bench.grammar_bench", "bench_grammar.py",
                 "a grammar applied to the whole vocabulary beside llama.cpp's grammar sampler, both vocabularies"),
     "speculative": ("ubatch.bench.spec_bench", "bench_speculative.py",

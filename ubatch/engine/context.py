@@ -41,7 +41,8 @@ from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
 from ubatch.common.params import KV_TYPES, POOLING
 from ubatch.common.validate import check_int
 from ubatch.memory.iswa import KVCacheISWA, swa_cache_size
-from ubatch.memory.kv_cache import SWA_TYPES, KVCache, _locked, plan_slots
+from ubatch.common.locking import locked as _locked
+from ubatch.memory.kv_cache import SWA_TYPES, KVCache, plan_slots
 
 
 def _pad(n: int, k: int) -> int:
@@ -182,7 +183,7 @@ class Context:
                                                                   swa_type=swa_type, swa_layers=self.swa_layers)
         else:
             self._kv = KVCache(n_stream, n_ctx_seq)
-        self._lock = self._kv._lock      # one lock for the decode loop, its outputs and the memory
+        self._lock = self._kv.lock       # one lock for the decode loop, its outputs and the memory
         self._runner = None
         self._runner_swa = False          # the runner keeps the sliding layers' K/V in their own cache
         self._n_vocab: Optional[int] = None
@@ -308,7 +309,7 @@ class Context:
             raise TypeError(f"batch must be a ubatch.Batch, got {type(batch).__name__}")
         if batch.n_tokens == 0:
             raise BatchError("n_tokens == 0")
-        if self._kv._h is None:
+        if self._kv.closed:
             raise UbatchError("the context is closed")
         alloc = self._allocator(batch)
         alloc.init(batch, n_seq_max=self.n_seq_max, n_vocab=self._n_vocab, output_all=self.embeddings,
@@ -342,8 +343,9 @@ class Context:
                 mem.apply(plan, i)
                 if runner is not None:
                     place = mem.placement(plan, i, self.causal_attn, swa=self._runner_swa)
-                    undo.append(runner.save_cells(place))
-                    results.append(runner.compute(ub, place))
+                    saved = runner.save_cells(place)      # the one copy of the cells it writes
+                    undo.append(saved)
+                    results.append(runner.compute(ub, place, saved))
         except BaseException:
             mem.rollback(plan)
             for saved in reversed(undo):

@@ -3,7 +3,8 @@
 The Context owns the plan (allocator, KV cells, outputs); the runner owns the weights (a ubatch.Model) and the
 K/V data (ubatch.engine.kv_store.KVStore: one per KV cache). What the Context calls, in order, per decode:
 `update(copies, shift[, swa_copies, swa_shift])` when a stream copy / K-shift is pending, then per ubatch
-`save_cells(place)` and `compute(ub, place)` (place: ubatch.memory.placement.Placement); on a failure
+`saved = save_cells(place)` and `compute(ub, place, saved)` (place: ubatch.memory.placement.Placement, which
+carries each row's visible cells as the memory wrote them in C); on a failure
 `restore_cells` in reverse and, if an update was pending, `restore_kv(snapshot_kv())` — so a failed decode
 leaves the K/V data as it was.
 
@@ -31,14 +32,15 @@ POOLINGS = ("none", "mean", "cls", "last")
 
 
 class _Where:
-    """One cache's placement of the current ubatch, validated: streams int32[ns], cells int32[ns, per],
-    mask float32[ns, per, n_kv]."""
+    """One cache's placement of the current ubatch, checked: streams int32[ns], cells int32[ns, per], and the
+    rows' visible-cell lists (row_stream, off, cells). A memory's Placement brings the lists (written in C
+    by the memory, each row in its own cell); a hand-made one may bring only a mask, then its shape and
+    the cells' distinctness are checked here and the lists built from it (ops.visible_cells)."""
 
     def __init__(self, store: KVStore, ub, place: Placement, what: str) -> None:
         n = int(ub.n_tokens)
         streams = np.ascontiguousarray(place.streams, dtype=np.int32)
         cells = np.ascontiguousarray(place.cells, dtype=np.int32)
-        mask = np.ascontiguousarray(place.mask, dtype=np.float32)
         if streams.ndim != 1 or streams.shape[0] < 1:
             raise ValueError(f"{what}.streams must be int32[ns] with ns >= 1, got shape {streams.shape}")
         ns = streams.shape[0]
@@ -54,22 +56,54 @@ class _Where:
         n_kv = int(place.n_kv)
         if not 0 < n_kv <= store.kv_size:
             raise ValueError(f"{what}.n_kv={n_kv} out of range (0, {store.kv_size}]")
-        if mask.shape != (ns, per, n_kv):
-            raise ValueError(f"{what}.mask shape {mask.shape} != (ns, per, n_kv) = {(ns, per, n_kv)}")
         flat = streams[:, None].astype(np.int64) * store.kv_size + cells
-        if np.unique(flat).size != flat.size:
-            raise ValueError(f"{what}.cells assigns the same cell to two ubatch rows")
-        self.store, self.streams, self.cells, self.mask = store, streams, cells, mask
+        self.store, self.streams, self.cells, self.what = store, streams, cells, what
         self.ns, self.per, self.n_kv = ns, per, n_kv
+        self.vis = self._lists(place.visible, n, f"{what}.visible")
+        self.vis_window = self._lists(getattr(place, "visible_window", None), n, f"{what}.visible_window")
+        self.mask = None
+        if self.vis is None:                              # a hand-made placement: the mask is all there is
+            mask = np.ascontiguousarray(place.mask, dtype=np.float32)
+            if mask.shape != (ns, per, n_kv):
+                raise ValueError(f"{what}.mask shape {mask.shape} != (ns, per, n_kv) = {(ns, per, n_kv)}")
+            if np.unique(flat).size != flat.size:
+                raise ValueError(f"{what}.cells assigns the same cell to two ubatch rows")
+            self.mask = mask
         self.sidx = np.broadcast_to(streams[:, None].astype(np.intp), cells.shape)
         self.dst = flat.reshape(-1)                       # int64[n]: flat cell of each ubatch row
 
-    def window_mask(self, pos_q: np.ndarray, n_swa: int) -> np.ndarray:
-        """The mask with the sliding-window test added: cell visible iff also p_q - p_cell < n_swa."""
-        pc = self.store.pos[self.streams.astype(np.intp)][:, :self.n_kv]          # [ns, n_kv]
-        pq = pos_q.reshape(self.ns, self.per).astype(np.int64)
-        far = (pq[:, :, None] - pc[:, None, :].astype(np.int64)) >= n_swa
-        return np.where(far, np.float32(-np.inf), self.mask).astype(np.float32)
+    @staticmethod
+    def _lists(vis, n: int, what: str) -> Optional[tuple]:
+        """The (row_stream, off, cells) of a VisibleCells, shapes checked (their values are checked by the
+        attention's C)."""
+        if vis is None:
+            return None
+        rs, off, cells = (np.ascontiguousarray(a, dtype=np.int32) for a in vis)
+        if rs.shape != (n,) or off.shape != (n + 1,) or cells.ndim != 1:
+            raise ValueError(f"{what} shapes {rs.shape}, {off.shape}, {cells.shape} do not fit {n} rows")
+        return rs, off, cells
+
+    def _from_mask(self, mask: np.ndarray) -> tuple:
+        pos = np.ascontiguousarray(self.store.pos[self.streams.astype(np.intp)][:, :self.n_kv])
+        off, cells = cops.visible_cells(mask, pos)
+        return np.repeat(self.streams, self.per).astype(np.int32), off, cells
+
+    def visible(self, pos_q: Optional[np.ndarray] = None, n_swa: int = 0) -> tuple:
+        """The rows' lists; with pos_q / n_swa those of the sliding layers run on this (full) cache: the
+        memory's visible_window, or (hand-made placements) the mask with 0 <= p_q - p_cell < n_swa added."""
+        if n_swa <= 0:
+            if self.vis is None:
+                self.vis = self._from_mask(self.mask)
+            return self.vis
+        if self.vis_window is None:
+            if self.mask is None:
+                raise ValueError(f"{self.what} has no visible_window for the sliding layers "
+                                 "(KVCacheISWA.placement(..., swa=False) provides it)")
+            pc = self.store.pos[self.streams.astype(np.intp)][:, :self.n_kv]          # [ns, n_kv]
+            pq = pos_q.reshape(self.ns, self.per).astype(np.int64)
+            far = (pq[:, :, None] - pc[:, None, :].astype(np.int64)) >= n_swa
+            self.vis_window = self._from_mask(np.where(far, np.float32(-np.inf), self.mask).astype(np.float32))
+        return self.vis_window
 
 
 class Step:
@@ -80,35 +114,20 @@ class Step:
     def __init__(self, runner: "ModelRunner", base: _Where, swa: Optional[_Where], pos: np.ndarray) -> None:
         self.runner, self.base, self.swa, self.pos = runner, base, swa, pos
         self.n_threads = runner.n_threads
-        self._swa_mask: Optional[np.ndarray] = None
-        self._vis: Dict[tuple, tuple] = {}
         self._kv: Dict[tuple, tuple] = {}
 
-    def _where(self, il: int) -> Tuple[_Where, np.ndarray]:
+    def _visible(self, il: int) -> Tuple[_Where, tuple]:
+        """Layer il's placement and its rows' visible-cell lists (row_stream, off, cells)."""
         m = self.runner.model
         if not (m.n_swa > 0 and m.swa_layers[il]):
-            return self.base, self.base.mask
+            return self.base, self.base.visible()
         if self.swa is not None:
-            return self.swa, self.swa.mask
-        if self._swa_mask is None:
-            self._swa_mask = self.base.window_mask(self.pos[0], m.n_swa)
-        return self.base, self._swa_mask
-
-    def _visible(self, il: int) -> Tuple[_Where, tuple]:
-        """Layer il's placement and its rows' visible-cell lists (row_stream, off, cells), built once per
-        (placement, mask) of the ubatch."""
-        w, mask = self._where(il)
-        key = (id(w), id(mask))
-        vis = self._vis.get(key)
-        if vis is None:
-            pos = np.ascontiguousarray(w.store.pos[w.streams.astype(np.intp)][:, :w.n_kv])
-            off, cells = cops.visible_cells(mask, pos)
-            vis = self._vis[key] = (np.repeat(w.streams, w.per).astype(np.int32), off, cells)
-        return w, vis
+            return self.swa, self.swa.visible()
+        return self.base, self.base.visible(self.pos[0], m.n_swa)
 
     def fused_kv(self, il: int):
         """Layer il's ub_layer_kv (ub_layer_forward's K/V and attention inputs); the struct of a (placement,
-        mask) is built once per ubatch, only the K/V pointers change per layer."""
+        lists) is built once per ubatch, only the K/V pointers change per layer."""
         w, vis = self._visible(il)
         key = (id(w), id(vis))
         ent = self._kv.get(key)
@@ -268,10 +287,11 @@ class ModelRunner:
             raise ValueError(f"ubatch embeddings have shape {embd.shape}, the model needs (n_tokens, {m.n_embd})")
         return embd.copy()
 
-    def compute(self, ub, place: Placement) -> ComputeResult:
+    def compute(self, ub, place: Placement, saved: object = None) -> ComputeResult:
         """Forward pass of one ubatch whose cells were just applied: writes its K/V rows into the placement's
-        cells, attends over each cache's cells [0, n_kv) with its mask, returns the output rows'
-        logits/embeddings. On an exception the K/V data are left exactly as before."""
+        cells, attends each row over its visible cells, returns the output rows' logits/embeddings. On an
+        exception the K/V data are left exactly as before. saved: what save_cells(place) returned when the
+        caller took it already (the Context does, to undo a later ubatch's failure), else compute takes it."""
         m = self.model
         n = int(ub.n_tokens)
         base = _Where(self.stores[0], ub, place, "placement")
@@ -287,7 +307,8 @@ class ModelRunner:
         if pos.ndim != 2 or pos.shape[1] != n:
             raise ValueError(f"ubatch pos shape {pos.shape} != (n_pos, {n})")
         x = self._input(ub)
-        saved = [w.store.save_cells(w.streams, w.cells) for w in ([base] + ([swa] if swa else []))]
+        if saved is None:
+            saved = [w.store.save_cells(w.streams, w.cells) for w in ([base] + ([swa] if swa else []))]
         try:
             for w in [base] + ([swa] if swa else []):
                 w.store.pos[w.sidx, w.cells] = pos[0].reshape(w.ns, w.per)
@@ -296,8 +317,7 @@ class ModelRunner:
             keep = np.arange(n) if pooled else rows
             x = m.arch_module.forward(m, Step(self, base, swa, pos), x, keep)
         except BaseException:
-            for w, s in zip([base] + ([swa] if swa else []), saved):
-                w.store.restore_cells(s)
+            self.restore_cells(saved)
             raise
         return self._outputs(ub, x, rows, pooled)
 

@@ -149,7 +149,7 @@ class PrefixCache:
         if not self.iswa or L <= 0:
             return True
         try:
-            return self.kv._window_hole(key, L) < 0
+            return self.kv.window_hole(key, L) < 0
         except (UbatchError, ValueError):
             return False
 

@@ -210,6 +210,10 @@ class CompletionRun:
 
     def _cache_lookup(self) -> None:
         llm, prep = self.llm, self.prep
+        from ubatch.llama_cpp._cache_holders import holders_for
+        hold = holders_for(llm)
+        if hold is not None and self._held_lookup(hold):
+            return
         try:
             item = llm.cache[prep.tokens]
         except KeyError:
@@ -217,6 +221,38 @@ class CompletionRun:
         if llm.longest_token_prefix(item.input_ids[: item.n_tokens].tolist(), prep.tokens) > \
                 llm.longest_token_prefix(llm._input_ids.tolist(), prep.tokens):
             llm.load_state(item)
+
+    def _held_lookup(self, hold) -> bool:
+        """The cache's entry for the prompt served from a holder's cells (_cache_holders.py): the cache sees the
+        same lookup (its LRU order moves as load_state's path moves it) and seq 0 gets the entry's K/V by seq_cp.
+        False when no holder has that entry (the caller restores it as before)."""
+        llm, prep, cache = self.llm, self.prep, self.llm.cache
+        key = cache._find_longest_prefix_key(tuple(prep.tokens))
+        if key is None:
+            return True                                   # nothing shares a token: nothing to restore
+        found = hold.find(key, cache)
+        if found is None:
+            return False
+        h, toks, seed = found
+        # the scores rows a logits_all Llama reads back (prompt logprobs) come from the saved state itself
+        item = cache[prep.tokens] if llm._logits_all or not hasattr(cache, "touch") else cache.touch(key)
+        if llm.longest_token_prefix(toks, prep.tokens) <= llm.longest_token_prefix(llm._input_ids, prep.tokens):
+            return True
+        try:
+            hold.restore(h, len(toks))
+        except ValueError:
+            return False
+        with llm._lock:
+            n = len(toks)
+            llm.input_ids[:n] = toks
+            if llm._logits_all:                            # as load_state restores them
+                llm.scores[:n, :] = item.scores
+                rest = llm.scores[n:, :]
+                rest[rest > 0] = 0.0
+            llm.n_tokens = n
+            llm._requires_eval = True
+            llm._seed = seed
+        return True
 
     def iterate(self, stream: bool) -> Iterator[Dict[str, Any]]:
         llm, prep = self.llm, self.prep
@@ -237,7 +273,13 @@ class CompletionRun:
             st.text = llm.detokenize(st.tokens, prev_tokens=prep.tokens)
             st.finish = "stop"          # ended by a stopping criterion
         if llm.cache:
-            llm.cache[prep.tokens + st.tokens] = llm.save_state()
+            key = prep.tokens + st.tokens
+            llm.cache[key] = llm.save_state()
+            from ubatch.llama_cpp._cache_holders import holders_for
+            hold = holders_for(llm)
+            if hold is not None:
+                hold.store(tuple(key), llm._input_ids.copy(), llm._seed, llm.cache._entry_tag(tuple(key)))
+                hold.prune(llm.cache._has_key)
         if stream and prep.logprobs is not None:     # the rest token by token, the last one cut at a stop string
             shown = len(llm.detokenize(st.tokens[:returned], prev_tokens=prep.tokens)) if returned else 0
             out, returned = self._stream_logprobs(st, returned, st.tokens[returned:], len(st.text) - shown, cut=True)

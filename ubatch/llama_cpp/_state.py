@@ -19,7 +19,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from ubatch._ffi import ffi, lib
+from ubatch.common.errors import UbatchError
 
 MAGIC, VERSION = b"UBST", 1
 
@@ -48,15 +48,6 @@ def _meta(c) -> bytes:
                        "arrays": [[str(a.dtype), list(a.shape)] for a in _arrays(c)]}, sort_keys=True).encode()
 
 
-def _kv_bytes(kv) -> bytes:
-    h = kv._handle()
-    n = int(lib.ub_kv_state_size(h))
-    buf = bytearray(n)
-    if int(lib.ub_kv_state_write(h, ffi.from_buffer(buf), n)) != n:
-        raise StateError("the KV cache state could not be written")
-    return bytes(buf)
-
-
 def _logits_bytes(c) -> bytes:
     out = c.restored if c.restored is not None else c.snapshot_outputs()
     if out is None:
@@ -74,10 +65,10 @@ def _section(name: str, payload: bytes) -> bytes:
 
 def get_state(c) -> bytes:
     """The whole context (c: a _context.CContext) as bytes."""
-    with c.kv._lock:
+    with c.kv.lock:
         parts = [_section("meta", _meta(c))]
         for i, kv in enumerate(_caches(c)):
-            parts.append(_section(f"kv{i}", _kv_bytes(kv)))
+            parts.append(_section(f"kv{i}", kv.state_bytes()))
         parts.append(_section("kvdata", b"".join(np.ascontiguousarray(a).tobytes() for a in _arrays(c))))
         parts.append(_section("logits", _logits_bytes(c)))
         return MAGIC + struct.pack("<II", VERSION, len(parts)) + b"".join(parts)
@@ -85,9 +76,9 @@ def get_state(c) -> bytes:
 
 def state_size(c) -> int:
     """len(get_state(c)) without building it (the logits section sized from the live outputs)."""
-    with c.kv._lock:
+    with c.kv.lock:
         n = 12 + 16 * (3 + len(_caches(c))) + len(_meta(c))
-        n += sum(int(lib.ub_kv_state_size(kv._handle())) for kv in _caches(c))
+        n += sum(kv.state_nbytes() for kv in _caches(c))
         n += sum(a.nbytes for a in _arrays(c))
         return n + len(_logits_bytes(c))
 
@@ -137,7 +128,7 @@ def set_state(c, buf) -> int:
     for name in ["meta", "kvdata", "logits"] + [f"kv{i}" for i in range(len(_caches(c)))]:
         if name not in sec:
             raise StateError(f"state has no {name!r} section")
-    with c.kv._lock:
+    with c.kv.lock:
         if bytes(sec["meta"]) != _meta(c):
             raise StateError("state saved from a different model or context geometry: "
                              f"{bytes(sec['meta'])[:200]!r} vs {_meta(c)[:200]!r}")
@@ -149,12 +140,12 @@ def set_state(c, buf) -> int:
         before = [kv.snapshot() for kv in caches]
         for i, kv in enumerate(caches):
             data = sec[f"kv{i}"]
-            st = lib.ub_kv_state_read(kv._handle(), ffi.from_buffer(data), len(data))
-            if st != lib.UB_OK:
-                msg = ffi.string(lib.ub_kv_error(kv._handle())).decode("utf-8", "replace")
+            try:
+                kv.load_state(data)
+            except (ValueError, MemoryError, UbatchError) as e:
                 for k, s in zip(caches[:i], before):
                     k.restore(s)
-                raise StateError(msg)
+                raise StateError(str(e)) from None
         off = 0
         for a in arrays:
             np.copyto(a, np.frombuffer(sec["kvdata"], a.dtype, a.size, off).reshape(a.shape))
@@ -211,7 +202,7 @@ def _check_seq(c, s: int, name: str) -> None:
 
 def seq_get_state(c, s: int) -> bytes:
     _check_seq(c, s, "seq_id")
-    with c.kv._lock:
+    with c.kv.lock:
         meta = _seq_meta(c)
         parts = [SEQ_MAGIC, struct.pack("<II", VERSION, len(meta)), meta, struct.pack("<I", len(_stores(c)))]
         for st, kv in _stores(c):

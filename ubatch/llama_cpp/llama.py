@@ -213,6 +213,7 @@ class Llama:
         self._requires_eval = True
         self._lock = threading.RLock()
         self._parallel = None
+        self._holders = None                  # set_cache users' prefix reuse (_cache_holders.py)
 
         try:
             self.metadata = self._model.metadata()
@@ -307,6 +308,9 @@ class Llama:
         return self.tokenizer_.detokenize(tokens, prev_tokens=prev_tokens, special=special)
 
     def set_cache(self, cache) -> None:
+        if self._holders is not None:         # the holders kept the entries of the cache being replaced
+            self._holders.forget()
+            self._holders = None
         self.cache = cache
 
     def set_seed(self, seed: int) -> None:
@@ -333,11 +337,14 @@ class Llama:
 
     def _decode_chunk(self, n: int) -> None:
         """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
-        (the engine's prefix cache), so cached prefixes never make a decode fail that would succeed without."""
+        (the engine's prefix cache) or the set_cache holders (_cache_holders.py) keep, so cached prefixes never
+        make a decode fail that would succeed without."""
         pre = self._parallel.prefix if self._parallel is not None else None
+        holders = self._holders if self._parallel is None else None
         while True:
             rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
-            if rc == 1 and pre is not None and pre.evict_for_full(n):
+            if rc == 1 and ((pre is not None and pre.evict_for_full(n))
+                            or (holders is not None and holders.evict_for(n))):
                 continue
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")
@@ -652,6 +659,13 @@ class Llama:
             self._seed = state.seed
             if self._parallel is not None and self._parallel.prefix is not None:
                 self._parallel.prefix.forget()   # the batched paths' cached prefixes were replaced too
+            if self._holders is not None:
+                self._holders.forget()           # so were the cache's holders
+            elif not self._batched and self.cache is not None:
+                from ubatch.llama_cpp._cache_holders import holder_ids
+                kv = self._context_obj().kv      # a state saved beside holders carries their cells: not ours
+                for h in holder_ids(kv):
+                    kv.seq_rm(h)
 
     def _context_obj(self):
         from ubatch.llama_cpp._handles import REGISTRY

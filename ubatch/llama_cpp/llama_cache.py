@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import weakref
 from collections import OrderedDict
 from typing import Iterable, Optional, Sequence, Tuple
 
@@ -77,6 +78,19 @@ class LlamaRAMCache(BaseLlamaCache):
     def __contains__(self, key: Sequence[int]) -> bool:
         return self._find_longest_prefix_key(tuple(key)) is not None
 
+    def _has_key(self, key: Tuple[int, ...]) -> bool:
+        """Whether exactly `key` is an entry (ubatch: a Llama's holders of cached prefixes follow the entries)."""
+        return key in self.cache_state
+
+    def _entry_tag(self, key: Tuple[int, ...]):
+        """Something that tells whether the entry `key` was replaced since (_entry_is)."""
+        v = self.cache_state.get(key)
+        return weakref.ref(v) if v is not None else None
+
+    def _entry_is(self, key: Tuple[int, ...], tag) -> bool:
+        v = self.cache_state.get(key)
+        return tag is not None and v is not None and tag() is v
+
     def __setitem__(self, key: Sequence[int], value) -> None:
         key = tuple(key)
         if key in self.cache_state:
@@ -137,6 +151,30 @@ class LlamaDiskCache(BaseLlamaCache):
 
     def __contains__(self, key: Sequence[int]) -> bool:
         return self._find_longest_prefix_key(tuple(key)) is not None
+
+    def _has_key(self, key: Tuple[int, ...]) -> bool:
+        """Whether exactly `key` is an entry (ubatch: a Llama's holders of cached prefixes follow the entries)."""
+        return key in self._keys
+
+    def _entry_tag(self, key: Tuple[int, ...]):
+        """Something that tells whether the entry `key` was replaced since (_entry_is): its file's identity."""
+        if key not in self._keys:
+            return None
+        try:
+            st = os.stat(self._file(self._keys[key], ".state"))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _entry_is(self, key: Tuple[int, ...], tag) -> bool:
+        return tag is not None and self._entry_tag(key) == tag
+
+    def touch(self, key: Tuple[int, ...]) -> None:
+        """What __getitem__ does to the entry `key` (most recently used, its file's time) without reading it:
+        ubatch's Llama serves an entry whose K/V it still holds without unpickling the state."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            os.utime(self._file(self._keys[key], ".key"))
 
     def _remove(self, key: Tuple[int, ...]) -> None:
         stem = self._keys.pop(key)

@@ -22,10 +22,10 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ubatch._ffi import lib
 from ubatch.common.errors import CallOrderError, KVCacheFullError, RewindError, UbatchError
 from ubatch.common.validate import check_int as _int
-from ubatch.memory.kv_cache import SWA_TYPES, KVCache, KVSnapshot, _locked
+from ubatch.common.locking import locked as _locked
+from ubatch.memory.kv_cache import SWA_TYPES, KVCache, KVSnapshot
 from ubatch.memory.placement import Placement
 from ubatch.memory.protocol import (MemoryPlan, MemoryUpdate, cache_split, check_coupled, split_all,
                                     whole_seqs_split)
@@ -60,9 +60,9 @@ class KVCacheISWA:
         n_swa = _int("n_swa", n_swa, 1)
         size_swa = _int("size_swa", size_swa, 1)
         self.base = KVCache(n_stream, size)
-        self.swa = KVCache(n_stream, size_swa, swa_type=swa_type, n_swa=n_swa)
-        self._lock = self.base._lock
-        self.swa._lock = self._lock              # one lock for the pair (and its Context)
+        self.swa = KVCache(n_stream, size_swa, swa_type=swa_type, n_swa=n_swa, lock=self.base.lock)
+        self._lock = self.base.lock              # one lock for the pair (and its Context)
+        self._plans: Optional[Tuple[MemoryPlan, MemoryPlan, MemoryPlan]] = None   # (own, base's, swa's)
         self.n_swa = n_swa
         self.swa_type = swa_type
         self.swa_layers = None if swa_layers is None else tuple(bool(x) for x in swa_layers)
@@ -80,8 +80,13 @@ class KVCacheISWA:
         self.close()
 
     @property
-    def _h(self):                                # None once closed (Context checks it)
-        return self.base._h
+    def lock(self):
+        """The pair's lock (re-entrant), shared with the Context."""
+        return self._lock
+
+    @property
+    def closed(self) -> bool:
+        return self.base.closed
 
     # ------------------------------------------------------------------ the full cache's surface
     @property
@@ -127,8 +132,9 @@ class KVCacheISWA:
         return self.swa.seq_pos_max(s)
 
     @_locked
-    def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        return self.swa._seq_pos_bounds(n)
+    def seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(int32[n] min, int32[n] max) of sequences 0..n-1 in the sliding cache (one C call)."""
+        return self.swa.seq_pos_bounds(n)
 
     # ------------------------------------------------------------------ rewind safety
     def _window_start(self, p: int) -> int:
@@ -164,7 +170,8 @@ class KVCacheISWA:
             return bmin                          # nothing evicted
         return min(max(self._first_start_at_least(c), bmin), bmax + 1)
 
-    def _window_hole(self, s: int, p: int, exact: bool = True) -> int:
+    @_locked
+    def window_hole(self, s: int, p: int, exact: bool = True) -> int:
         """A position in the window of a token of s at p that the full cache holds and the sliding cache
         lost (-1 if none). exact: every full-cache position of the window is looked up (one C call,
         O(window log n)), used by the sequence operations; otherwise only the smallest one (O(log n)),
@@ -172,9 +179,7 @@ class KVCacheISWA:
         decodes and checked sequence operations keep): the per-decode check."""
         t = max(self._window_start(p), 0)
         if exact:
-            out = self.base._i32
-            self.base._check(lib.ub_kv_window_hole(self.base._handle(), self.swa._handle(), s, t, p, out))
-            return int(out[0])
+            return self.base.missing_in(self.swa, s, t, p)
         q = self.base.seq_pos_ge(s, t)
         if q < 0 or q >= p:
             return -1
@@ -205,7 +210,7 @@ class KVCacheISWA:
             p = self.base.seq_pos_max(s) + 1
             if p <= 0:
                 continue
-            hole = self._window_hole(s, p)
+            hole = self.window_hole(s, p)
             if hole >= 0:
                 first, rmin = before.get(s, (self.swa.seq_pos_min(s), None))
                 raise self._rewind_error(s, p, hole, first, what, rmin)
@@ -217,22 +222,10 @@ class KVCacheISWA:
         before = {s: (self.swa.seq_pos_min(s), self.seq_rewind_min(s))
                   for s in (self._candidates() if seqs is None else seqs)}
         b, w = self.base, self.swa
-        b._begin()
-        try:
-            w._begin()
-        except BaseException:
-            b._rollback()
-            raise
-        try:
+        with b.transaction(), w.transaction():     # the sliding cache's closes first, either way
             ret = op(b)
             op(w)
             self._check_windows(self._candidates() if seqs is None else seqs, before, what)
-        except BaseException:
-            w._rollback()
-            b._rollback()
-            raise
-        w._commit()
-        b._commit()
         return ret
 
     def _seq(self, s) -> int:
@@ -295,36 +288,36 @@ class KVCacheISWA:
         return self.base.equals(snap.base) and self.swa.equals(snap.swa)
 
     # ------------------------------------------------------------------ the memory protocol
-    def _prepare_both(self, ubs) -> None:
-        self.base._prepare(ubs)
+    def _prepare_both(self, ubs, split: str) -> MemoryPlan:
+        bp = self.base.prepare(ubs, split)
         try:
-            self.swa._prepare(ubs)
+            sp = self.swa.prepare(ubs, split)
         except BaseException:
-            self.base._plan = []
+            self.base.drop_plan()
             raise
+        plan = MemoryPlan(ubs, self, split)
+        self._plans = (plan, bp, sp)
+        return plan
 
     @_locked
     def init_batch(self, alloc, n_ubatch: int, embd_all: bool = False, *, whole_seqs: bool = False) -> MemoryPlan:
-        """One plan for both caches (real-models.md §4.3), after the rewind check of the batch's sequences."""
-        if self.base._h is None:
+        """One plan for both caches (docs/memory.md), after the rewind check of the batch's sequences."""
+        if self.closed:
             raise UbatchError("the KV cache is closed")
-        for s in self._candidates():              # only sequences the window cut (cheap check, see _window_hole)
+        self._plans = None
+        for s in self._candidates():              # only sequences the window cut (cheap check, see window_hole)
             p, _ = alloc.seq_pos_range(s)
             if p >= 0:
-                hole = self._window_hole(s, p, exact=False)
+                hole = self.window_hole(s, p, exact=False)
                 if hole >= 0:
                     raise self._rewind_error(s, p, hole, self.swa.seq_pos_min(s), "decode")
         split, ubs = self._split(alloc, n_ubatch, whole_seqs)
         if split != "simple":
-            self._prepare_both(ubs)
-            return MemoryPlan(ubs, self, split)
+            return self._prepare_both(ubs, split)
         try:                                       # unified: split_simple, then split_equal (llama.cpp)
-            self._prepare_both(ubs)
-            return MemoryPlan(ubs, self, split)
+            return self._prepare_both(ubs, split)
         except KVCacheFullError:
-            ubs = split_all(alloc, n_ubatch, "equal")
-            self._prepare_both(ubs)
-            return MemoryPlan(ubs, self, "equal")
+            return self._prepare_both(split_all(alloc, n_ubatch, "equal"), "equal")
 
     def _split(self, alloc, n_ubatch: int, whole_seqs: bool):
         """(split name, ubatches) of the first attempt: a single cache's rule (protocol.cache_split)."""
@@ -334,76 +327,86 @@ class KVCacheISWA:
         split = cache_split(self.n_stream)
         return split, split_all(alloc, n_ubatch, split)
 
-    def _own(self, plan: MemoryPlan) -> None:
-        if (plan.memory is not self or not self.base._plan or self.base._plan is not plan.ubatches
-                or self.swa._plan is not plan.ubatches):
+    def _own(self, plan: MemoryPlan) -> Tuple[MemoryPlan, MemoryPlan]:
+        """The caches' plans behind `plan` (CallOrderError when it is not the current one)."""
+        p = self._plans
+        if p is None or p[0] is not plan or not self.base.owns(p[1]) or not self.swa.owns(p[2]):
             raise CallOrderError("this plan is not the memory's current plan (call init_batch again)")
+        return p[1], p[2]
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:
         """Opens the transaction of both caches; hands out both pending updates (taken inside it)."""
-        self._own(plan)
-        b, w = self.base, self.swa
-        b._begin()
+        bp, sp = self._own(plan)
+        u = self.base.begin(bp)
         try:
-            w._begin()
+            w = self.swa.begin(sp)
         except BaseException:
-            b._rollback()
+            self.base.rollback(bp)
             raise
-        try:
-            copies, shift = b.take_update()
-            swa_copies, swa_shift = w.take_update()
-        except BaseException:
-            w._rollback()
-            b._rollback()
-            raise
-        return MemoryUpdate(copies, shift, swa_copies, swa_shift)
+        return MemoryUpdate(u.copies, u.shift, w.copies, w.shift)
 
     @_locked
     def apply(self, plan: MemoryPlan, i: int) -> None:
         """apply_ubatch of ubatch i: the full cache, then the sliding cache (llama.cpp's order)."""
-        ub = plan.ubatches[i]
-        self.base._apply(i, ub)
-        self.swa._apply(i, ub)
+        bp, sp = self._own(plan)
+        self.base.apply(bp, i)
+        self.swa.apply(sp, i)
 
     @_locked
     def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = True) -> Placement:
-        """The full cache's Placement of ubatch i, with the sliding cache's in .swa (swa=False: .swa None,
-        for a runner that computes the sliding layers on the full cache with the window mask itself)."""
-        ub = plan.ubatches[i]
-        place = self.base._placement(i, ub, causal)
+        """The full cache's Placement of ubatch i, with the sliding cache's in .swa (swa=False: .swa None and
+        .visible_window the full cache's lists with the window applied, for a runner that computes the
+        sliding layers on the full cache)."""
+        bp, sp = self._own(plan)
+        place = self.base.placement(bp, i, causal)
         if swa:
-            place.swa = self.swa._placement(i, ub, causal)
+            place.swa = self.swa.placement(sp, i, causal)
+        else:
+            place.visible_window = self.base.visible(bp, i, causal, n_kv=place.n_kv, swa_type=self.swa_type,
+                                                     n_swa=self.n_swa)
         return place
 
     @_locked
+    def mask(self, plan: MemoryPlan, i: int, causal: bool = True) -> np.ndarray:
+        """The full cache's KQ mask of ubatch i (inspection; KVCache.mask)."""
+        return self.base.mask(self._own(plan)[0], i, causal)
+
+    @_locked
+    def mask_swa(self, plan: MemoryPlan, i: int, causal: bool = True) -> np.ndarray:
+        """The sliding cache's KQ mask of ubatch i (inspection)."""
+        return self.swa.mask(self._own(plan)[1], i, causal)
+
+    @_locked
     def commit(self, plan: MemoryPlan) -> None:
-        self.swa._commit()
-        self.base._commit()
+        """Closes the transaction of both caches, keeping every change (a cache's transaction is not
+        tied to a plan: this never refuses, so a decode cannot be left half open)."""
+        self.swa.commit(plan)
+        self.base.commit(plan)
 
     @_locked
     def rollback(self, plan: MemoryPlan) -> None:
         """Undoes everything since begin(plan) in both caches exactly."""
-        self.swa._rollback()
-        self.base._rollback()
+        self.swa.rollback(plan)
+        self.base.rollback(plan)
 
     def plan_record(self):
         """The full cache's plan slots (Context.last_placements)."""
-        return self.base._plan_raw()
+        return self.base.plan_record()
 
     def swa_plan_record(self):
         """The sliding cache's plan slots (Context.last_placements_swa)."""
-        return self.swa._plan_raw()
+        return self.swa.plan_record()
 
     def describe(self) -> dict:
         """Both caches: cells per stream, used cells, window; which layers use the sliding one."""
-        d = {"caches": [self.base._describe("full"), self.swa._describe("sliding")]}
+        d = {"caches": self.base.describe("full")["caches"] + self.swa.describe("sliding")["caches"]}
         if self.swa_layers is not None:
             d["swa_layers"] = [i for i, x in enumerate(self.swa_layers) if x]
         return d
 
     def __repr__(self) -> str:
-        if self.base._h is None:
+        if self.closed:
             return "KVCacheISWA(closed)"
         return (f"KVCacheISWA(n_stream={self.n_stream}, size={self.size}, size_swa={self.size_swa}, "
                 f"n_swa={self.n_swa}, used={[self.used(s) for s in range(self.n_stream)]}, "

@@ -6,35 +6,26 @@ K-shift through `take_update()`.
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.common.errors import CallOrderError, KVCacheFullError, UbatchError
+from ubatch.common.locking import locked as _locked
 from ubatch.common.limits import KV_CELL_BYTES, LLAMA_MAX_SEQ, check_bytes
 from ubatch.common.validate import I32_MAX as _I32_MAX, check_int as _int
-from ubatch.memory.placement import Placement
+from ubatch.memory.placement import Placement, VisibleCells
 from ubatch.memory.protocol import (MemoryPlan, MemoryUpdate, cache_split, check_coupled, split_all,
                                     whole_seqs_split)
 
 SWA_TYPES = {"none": 0, "standard": 1, "chunked": 2, "symmetric": 3}
 
 
-def _locked(method):
-    """Runs a method with the object's `_lock` (an RLock) held. CFFI releases the GIL inside C calls, so
-    without it two threads could run C on one handle at once, or close() could free it mid-call."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
 def plan_slots(raw: Tuple[Tuple[Tuple[int, int], ...], bytes]) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """Unpacks KVCache._plan_raw(): one (streams int32[ns], cells int32[ns, per]) per slot, read-only."""
+    """Unpacks KVCache.plan_record(): one (streams int32[ns], cells int32[ns, per]) per slot, read-only."""
     shapes, data = raw
     flat = np.frombuffer(data, np.int32)      # read-only view of the bytes
     out, off = [], 0
@@ -71,11 +62,13 @@ class KVCache:
     0..n_stream-1, id s living in stream s. An SWA window (swa_type "standard" / "chunked" /
     "symmetric", n_swa >= 1) lets find_slot reuse cells that slid out of their sequence's window and
     masks them in the KQ mask. Every method holds the cache's lock (shared with its Context, so a
-    decode and sequence operations from other threads serialise). close() / `with` free the C state.
+    decode and sequence operations from other threads serialise; `lock` shares a given RLock, as the
+    two-cache memory does for its pair). close() / `with` free the C state.
     """
 
-    def __init__(self, n_stream: int, size: int, *, swa_type: str = "none", n_swa: int = 0) -> None:
-        self._lock = threading.RLock()
+    def __init__(self, n_stream: int, size: int, *, swa_type: str = "none", n_swa: int = 0,
+                 lock: Optional[threading.RLock] = None) -> None:
+        self._lock = threading.RLock() if lock is None else lock
         self._h = None
         n_stream = _int("n_stream", n_stream, 1, LLAMA_MAX_SEQ)
         size = _int("size", size, 1)
@@ -184,17 +177,6 @@ class KVCache:
         if n:
             self._check(lib.ub_kv_seq_counts(self._handle(), n, ffi.from_buffer("int32_t[]", out)))
         return out
-
-    @_locked
-    def _seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
-        n = _int("n", n, 0, LLAMA_MAX_SEQ)
-        mn = np.empty(n, np.int32)
-        mx = np.empty(n, np.int32)
-        if n:
-            self._check(lib.ub_kv_seq_pos_bounds(self._handle(), n, ffi.from_buffer("int32_t[]", mn),
-                                                 ffi.from_buffer("int32_t[]", mx)))
-        return mn, mx
 
     @_locked
     def used(self, stream: int) -> int:
@@ -331,26 +313,90 @@ class KVCache:
         """True when the current state is identical to the snapshot."""
         return bool(lib.ub_kv_snap_equal(self._handle(), snap._h))
 
+    # ------------------------------------------------------------------ state as bytes (ub_kv_state.h)
+    @_locked
+    def state_nbytes(self) -> int:
+        """Bytes of state_bytes() for the current state."""
+        return int(lib.ub_kv_state_size(self._handle()))
+
+    @_locked
+    def state_bytes(self) -> bytes:
+        """The cell metadata as bytes (ubatch's own format, docs/compat.md "State format")."""
+        h = self._handle()
+        n = int(lib.ub_kv_state_size(h))
+        buf = bytearray(n)
+        if int(lib.ub_kv_state_write(h, ffi.from_buffer(buf), n)) != n:
+            raise UbatchError("the KV cache state could not be written")
+        return bytes(buf)
+
+    @_locked
+    def load_state(self, data) -> None:
+        """Replaces the state with state_bytes() output (bytes-like). ValueError naming what is wrong (bad
+        magic, version, geometry, length or cell contents), CallOrderError inside a transaction; the cache
+        is unchanged on failure."""
+        self._check(lib.ub_kv_state_read(self._handle(), ffi.from_buffer(data), len(data)))
+        self._plan = []
+
     # ------------------------------------------------------------------ the memory protocol (protocol.py)
+    @property
+    def lock(self) -> threading.RLock:
+        """The cache's lock (re-entrant); every method holds it. A Context shares it for its decode loop."""
+        return self._lock
+
+    @property
+    def closed(self) -> bool:
+        """True once close() freed the C state."""
+        return self._h is None
+
+    @_locked
+    def seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(int32[n] min, int32[n] max) of sequences 0..n-1 in one C call (-1 = empty / invalid id)."""
+        n = _int("n", n, 0, LLAMA_MAX_SEQ)
+        mn = np.empty(n, np.int32)
+        mx = np.empty(n, np.int32)
+        if n:
+            self._check(lib.ub_kv_seq_pos_bounds(self._handle(), n, ffi.from_buffer("int32_t[]", mn),
+                                                 ffi.from_buffer("int32_t[]", mx)))
+        return mn, mx
+
     @_locked
     def init_batch(self, alloc, n_ubatch: int, embd_all: bool = False, *, whole_seqs: bool = False) -> MemoryPlan:
         """Splits the initialised batch the way this cache needs (whole_seqs: split_seq, every sequence in
         one ubatch) and dry-runs every ubatch. Raises SplitError / BatchError / KVCacheFullError; the cache
         is unchanged either way. embd_all (llama.cpp's argument) does not change a KV cache's split."""
-        split, ubs = self._split(alloc, n_ubatch, whole_seqs)
-        self._prepare(ubs)
-        return MemoryPlan(ubs, self, split)
-
-    def _split(self, alloc, n_ubatch: int, whole_seqs: bool) -> Tuple[str, List]:
-        """(split name, ubatches): the split this cache needs (protocol.cache_split)."""
         if whole_seqs:
-            return "seq", whole_seqs_split(alloc, n_ubatch)
+            return self.prepare(whole_seqs_split(alloc, n_ubatch), "seq")
         check_coupled(alloc, self._n_stream)
         split = cache_split(self._n_stream)
-        return split, split_all(alloc, n_ubatch, split)
+        return self.prepare(split_all(alloc, n_ubatch, split), split)
+
+    @_locked
+    def prepare(self, ubatches: Sequence, split: str = "simple") -> MemoryPlan:
+        """Dry run: finds a slot for every ubatch in turn (each placed before the next is searched), then
+        restores the cache exactly; returns the plan (valid until the next prepare or sequence operation).
+        Raises KVCacheFullError / ValueError with the cache unchanged and no plan. `split` only names how
+        the ubatches were cut (MemoryPlan.split)."""
+        h = self._handle()
+        ubs = ubatches if isinstance(ubatches, list) else list(ubatches)
+        ptrs = ffi.new("ub_ubatch *[]", [u._ptr for u in ubs]) if ubs else ffi.NULL
+        failed = ffi.new("int32_t *")
+        st = lib.ub_kv_prepare(h, ptrs, len(ubs), failed)
+        self._plan = ubs if st == lib.UB_OK else []
+        if st == lib.UB_E_KVFULL:
+            raise KVCacheFullError(f"failed to find a memory slot for ubatch {failed[0]} of {len(ubs)}: {self._msg()}")
+        self._check(st)
+        return MemoryPlan(ubs, self, split)
+
+    def drop_plan(self) -> None:
+        """Forgets the current plan (a two-cache memory whose other cache refused the batch)."""
+        self._plan = []
+
+    def owns(self, plan: MemoryPlan) -> bool:
+        """True when `plan` is this cache's current plan (from its last prepare, nothing changed since)."""
+        return bool(plan.memory is self and self._plan and self._plan is plan.ubatches)
 
     def _own(self, plan: MemoryPlan) -> None:
-        if plan.memory is not self or not self._plan or self._plan is not plan.ubatches:
+        if not self.owns(plan):
             raise CallOrderError("this plan is not the KV cache's current plan (call init_batch again)")
 
     @_locked
@@ -358,96 +404,117 @@ class KVCache:
         """Opens the transaction of a decode and hands out the pending update (taken inside it, so a
         rollback makes it pending again)."""
         self._own(plan)
-        self._begin()
+        self._check(lib.ub_kv_begin(self._handle()))
         try:
             copies, shift = self.take_update()
         except BaseException:
-            self._rollback()
+            self._check(lib.ub_kv_rollback(self._h))
             raise
         return MemoryUpdate(copies, shift)
 
     @_locked
     def apply(self, plan: MemoryPlan, i: int) -> None:
         """apply_ubatch of the plan's ubatch i (inside begin ... commit / rollback)."""
-        self._apply(i, plan.ubatches[i])
+        self._own(plan)
+        self._check(lib.ub_kv_apply(self._handle(), i, plan.ubatches[i]._ptr))
 
     @_locked
-    def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = False) -> Placement:
-        """Where the plan's ubatch i went and its KQ mask (call right after apply(plan, i)). `swa` is the
-        two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
-        return self._placement(i, plan.ubatches[i], causal)
+    def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = True) -> Placement:
+        """Where the plan's ubatch i went and its rows' visible cells (call right after apply(plan, i)).
+        `swa` is the two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
+        strm, cells = self._slot(i)
+        n_kv = self.n_kv(plan, i)
+        return Placement(strm, cells, n_kv, visible=self.visible(plan, i, causal, n_kv=n_kv))
+
+    @_locked
+    def visible(self, plan: MemoryPlan, i: int, causal: bool = True, *, n_kv: Optional[int] = None,
+                swa_type: Optional[str] = None, n_swa: int = 0) -> VisibleCells:
+        """The rows' visible-cell lists of the plan's ubatch i in the current state, written by one C call
+        from the cells' positions and sequence sets (the KQ mask's rule: the row's primary sequence,
+        causal, and this cache's sliding window, or the window swa_type / n_swa when given)."""
+        self._own(plan)
+        ub = plan.ubatches[i]
+        n_kv = self.n_kv(plan, i) if n_kv is None else _int("n_kv", n_kv, 1, self._size)
+        if swa_type is None:
+            wt, nw = -1, 0
+        elif swa_type in SWA_TYPES:
+            wt, nw = SWA_TYPES[swa_type], _int("n_swa", n_swa, 0)
+        else:
+            raise ValueError(f"swa_type must be one of {sorted(SWA_TYPES)}, got {swa_type!r}")
+        out = ffi.new("int32_t **")
+        total = ffi.new("int64_t *")
+        self._check(lib.ub_kv_visible(self._handle(), i, ub._ptr, 1 if causal else 0, n_kv, wt, nw, out, total))
+        n, t = int(ub.n_tokens), int(total[0])
+        blk = ffi.gc(out[0], lib.ub_kv_vis_free)                 # freed with the last array viewing it
+        flat = np.frombuffer(ffi.buffer(blk, 4 * (2 * n + 1 + t)), np.int32)
+        return VisibleCells(flat[:n], flat[n:2 * n + 1], flat[2 * n + 1:])
+
+    @_locked
+    def mask(self, plan: MemoryPlan, i: int, causal: bool = True, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """float32[ns, per, n_kv] KQ mask of the plan's ubatch i in the current state (one C call): 0 where
+        a row may attend a cell, -inf elsewhere. An inspection helper (the decode uses `visible`)."""
+        self._own(plan)
+        h = self._handle()
+        ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
+        n_kv = self.n_kv(plan, i)
+        if out is None:
+            out = np.empty((ns, per, n_kv), np.float32)
+        elif out.shape != (ns, per, n_kv) or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"mask buffer must be C-contiguous float32{(ns, per, n_kv)}")
+        self._check(lib.ub_kv_mask(h, i, plan.ubatches[i]._ptr, 1 if causal else 0, ffi.from_buffer("float[]", out),
+                                   n_kv))
+        return out
+
+    @_locked
+    def n_kv(self, plan: MemoryPlan, i: int) -> int:
+        """llama.cpp's n_kv of the plan's ubatch i in the current state."""
+        self._own(plan)
+        n = lib.ub_kv_n_kv(self._handle(), i)
+        if n < 0:
+            raise CallOrderError(f"no planned slot {i}")
+        return int(n)
 
     @_locked
     def commit(self, plan: MemoryPlan) -> None:
-        self._commit()
+        """Closes the transaction opened by begin, keeping every change (not tied to the plan)."""
+        self._check(lib.ub_kv_commit(self._handle()))
 
     @_locked
     def rollback(self, plan: MemoryPlan) -> None:
         """Undoes everything since begin(plan) exactly (cells, heads, used counts, shifts, copy queue)."""
-        self._rollback()
+        self._check(lib.ub_kv_rollback(self._handle()))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """`with kv.transaction():` - every change inside is kept when the block ends normally and undone
+        exactly (the C journal) when it raises. Not re-entrant (a nested one raises ValueError)."""
+        with self._lock:
+            self._check(lib.ub_kv_begin(self._handle()))
+            try:
+                yield
+            except BaseException:
+                self._check(lib.ub_kv_rollback(self._h))
+                raise
+            self._check(lib.ub_kv_commit(self._h))
+
+    @_locked
+    def missing_in(self, other: "KVCache", s: int, t: int, p: int) -> int:
+        """The smallest position of sequence s in [t, p) that this cache holds and `other` does not, -1 when
+        `other` holds every one (the two-cache memory's window check; one C call over this cache's map)."""
+        if not isinstance(other, KVCache):
+            raise TypeError(f"other must be a KVCache, got {type(other).__name__}")
+        self._check(lib.ub_kv_window_hole(self._handle(), other._handle(), _int("seq_id", s), _int("t", t),
+                                          _int("p", p), self._i32))
+        return int(self._i32[0])
 
     def swa_plan_record(self) -> None:
         """A single cache has no sliding cache."""
         return None
 
     def plan_record(self) -> Tuple[Tuple[Tuple[int, int], ...], bytes]:
-        """The current plan's slots, copied cheaply (unpack with plan_slots); the caller holds the lock."""
-        return self._plan_raw()
-
-    def describe(self) -> dict:
-        """What ctx.memory reports: one entry per cache (here one)."""
-        return {"caches": [self._describe("kv")]}
-
-    @_locked
-    def _describe(self, name: str) -> dict:
-        return {"name": name, "n_stream": self._n_stream, "size": self._size, "swa_type": self.swa_type,
-                "n_swa": self.n_swa, "used": [self.used(s) for s in range(self._n_stream)]}
-
-    # ------------------------------------------------------------------ planning internals
-    @_locked
-    def _prepare(self, ubs: Sequence) -> None:
-        """Dry run: finds a slot for every ubatch in turn (each placed before the next is searched),
-        then restores the cache exactly. Raises KVCacheFullError (cache unchanged) when one does not fit."""
-        h = self._handle()
-        ptrs = ffi.new("ub_ubatch *[]", [u._ptr for u in ubs]) if ubs else ffi.NULL
-        failed = ffi.new("int32_t *")
-        st = lib.ub_kv_prepare(h, ptrs, len(ubs), failed)
-        self._plan = (ubs if isinstance(ubs, list) else list(ubs)) if st == lib.UB_OK else []
-        if st == lib.UB_E_KVFULL:
-            raise KVCacheFullError(f"failed to find a memory slot for ubatch {failed[0]} of {len(ubs)}: {self._msg()}")
-        self._check(st)
-
-    @_locked
-    def _begin(self) -> None:
-        self._check(lib.ub_kv_begin(self._handle()))
-
-    @_locked
-    def _commit(self) -> None:
-        self._check(lib.ub_kv_commit(self._handle()))
-
-    @_locked
-    def _rollback(self) -> None:
-        self._check(lib.ub_kv_rollback(self._handle()))
-
-    @_locked
-    def _apply(self, i: int, ub) -> None:
-        """apply_ubatch of the i-th planned ubatch."""
-        self._check(lib.ub_kv_apply(self._handle(), i, ub._ptr))
-
-    @_locked
-    def _slot(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
-        h = self._handle()
-        ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
-        if ns == 0:
-            raise CallOrderError(f"no planned slot {i}")
-        strm = np.frombuffer(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns), np.int32).copy()
-        cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
-        return strm, cells
-
-    def _plan_raw(self) -> Tuple[Tuple[Tuple[int, int], ...], bytes]:
-        """The whole plan as (((ns, per) per slot), bytes of its int32 data), a cheap copy to unpack later
-        with plan_slots(). The caller holds the lock (Context.decode does). The slots lie back to back in
-        C (strm then idxs, slot after slot); checked, else they are copied one by one."""
+        """The current plan's slots as (((ns, per) per slot), bytes of its int32 data), a cheap copy to
+        unpack later with plan_slots(). The caller holds the lock (Context.decode does). The slots lie back
+        to back in C (strm then idxs, slot after slot); checked, else they are copied one by one."""
         h = self._handle()
         n = lib.ub_kv_plan_n(h)
         if n == 0:
@@ -465,30 +532,20 @@ class KVCache:
         return shapes, b"".join(parts)
 
     @_locked
-    def _n_kv(self, i: int) -> int:
-        n = lib.ub_kv_n_kv(self._handle(), i)
-        if n < 0:
-            raise CallOrderError(f"no planned slot {i}")
-        return int(n)
+    def describe(self, name: str = "kv") -> dict:
+        """What ctx.memory reports: one entry per cache (here one, called `name`)."""
+        return {"caches": [{"name": name, "n_stream": self._n_stream, "size": self._size, "swa_type": self.swa_type,
+                            "n_swa": self.n_swa, "used": [self.used(s) for s in range(self._n_stream)]}]}
 
-    @_locked
-    def _mask(self, i: int, ub, n_kv: int, causal: bool = True, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """float32[ns, per, n_kv] KQ mask of the i-th planned ubatch in the current state (one C call)."""
+    # ------------------------------------------------------------------ internals
+    def _slot(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
         h = self._handle()
         ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
-        if out is None:
-            out = np.empty((ns, per, n_kv), np.float32)
-        elif out.shape != (ns, per, n_kv) or out.dtype != np.float32 or not out.flags.c_contiguous:
-            raise ValueError(f"mask buffer must be C-contiguous float32{(ns, per, n_kv)}")
-        self._check(lib.ub_kv_mask(h, i, ub._ptr, 1 if causal else 0, ffi.from_buffer("float[]", out), n_kv))
-        return out
-
-    @_locked
-    def _placement(self, i: int, ub, causal: bool = True) -> Placement:
-        """The Placement of the i-th planned ubatch (call right after _apply(i, ub))."""
-        strm, cells = self._slot(i)
-        n_kv = self._n_kv(i)
-        return Placement(streams=strm, cells=cells, n_kv=n_kv, mask=self._mask(i, ub, n_kv, causal))
+        if ns == 0:
+            raise CallOrderError(f"no planned slot {i}")
+        strm = np.frombuffer(ffi.buffer(lib.ub_kv_plan_strm(h, i), 4 * ns), np.int32).copy()
+        cells = np.frombuffer(ffi.buffer(lib.ub_kv_plan_idxs(h, i), 4 * ns * per), np.int32).reshape(ns, per).copy()
+        return strm, cells
 
     @_locked
     def __repr__(self) -> str:

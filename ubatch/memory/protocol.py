@@ -1,15 +1,21 @@
-"""The memory protocol (llama.cpp's llama_memory_i + memory->init_batch): what the decode loop, `ubatch plan
---kv` and the tests use to drive a memory, whichever it is (KVCache, KVCacheISWA).
+"""The memory protocol (llama.cpp's llama_memory_i + memory->init_batch): what the decode loop (Context),
+the allocator, `ubatch plan --kv` and the tests use to drive a memory, whichever it is (KVCache,
+KVCacheISWA). `Memory` below states it as a typing.Protocol; both caches implement it publicly.
 
+    with memory.lock: ...                          # the memory's RLock (the Context shares it)
+    memory.closed                                  # True once close() freed the C state
+    mn, mx = memory.seq_pos_bounds(n)              # the allocator's bulk position bounds (int32[n] each)
     plan = memory.init_batch(alloc, n_ubatch, embd_all, whole_seqs=...)  # split (the rule this memory needs)
                                                    # + dry run of every ubatch; raises SplitError /
                                                    # KVCacheFullError / BatchError with the memory unchanged
     update = memory.begin(plan)                    # opens the one transaction; hands out the pending update
                                                    # (stream copies, K-shift) for the K/V data
     memory.apply(plan, i)                          # apply_ubatch of ubatch i
-    place = memory.placement(plan, i, causal)      # where it went + the KQ mask (Placement; .swa for iSWA)
+    place = memory.placement(plan, i, causal, swa) # where it went + each row's visible cells, written in C
+                                                   # (Placement: .visible; .swa for the two-cache memory)
     memory.commit(plan) | memory.rollback(plan)    # rollback: every change since begin undone exactly,
                                                    # the pending update included
+    memory.plan_record() / swa_plan_record()       # the plan's slots, copied cheaply (Context.last_placements)
     memory.seq_rm / seq_cp / seq_keep / seq_add / seq_div / clear, seq_pos_min / seq_pos_max, n_seq
 
 Rollback has one path: the C journal of each cache (cells, heads, used counts, shifts, copy queue), opened
@@ -17,13 +23,15 @@ by begin and closed by commit or rollback.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple, runtime_checkable
 
 import numpy as np
 
 from ubatch.batch.ubatch_view import UBatch
 from ubatch.common.errors import BatchError, SplitError
+from ubatch.memory.placement import Placement
 
 
 @dataclass
@@ -61,6 +69,60 @@ class MemoryPlan:
 
     def __repr__(self) -> str:
         return f"MemoryPlan({len(self.ubatches)} ubatches, split {self.split})"
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """What Context.decode, the allocator and the planning tools call on a memory. KVCache and KVCacheISWA
+    implement it (tests/.. check isinstance and the signatures)."""
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def n_seq(self) -> int: ...
+
+    def seq_pos_min(self, s: int) -> int: ...
+
+    def seq_pos_max(self, s: int) -> int: ...
+
+    def seq_pos_bounds(self, n: int) -> Tuple[np.ndarray, np.ndarray]: ...
+
+    def init_batch(self, alloc: Any, n_ubatch: int, embd_all: bool = False, *,
+                   whole_seqs: bool = False) -> "MemoryPlan": ...
+
+    def begin(self, plan: "MemoryPlan") -> MemoryUpdate: ...
+
+    def apply(self, plan: "MemoryPlan", i: int) -> None: ...
+
+    def placement(self, plan: "MemoryPlan", i: int, causal: bool = True, swa: bool = True) -> Placement: ...
+
+    def commit(self, plan: "MemoryPlan") -> None: ...
+
+    def rollback(self, plan: "MemoryPlan") -> None: ...
+
+    def plan_record(self) -> Tuple[Tuple[Tuple[int, int], ...], bytes]: ...
+
+    def swa_plan_record(self) -> Optional[Tuple[Tuple[Tuple[int, int], ...], bytes]]: ...
+
+    def seq_rm(self, s: int, p0: int = -1, p1: int = -1) -> bool: ...
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+
+    def seq_keep(self, s: int) -> None: ...
+
+    def seq_add(self, s: int, p0: int, p1: int, delta: int) -> None: ...
+
+    def seq_div(self, s: int, p0: int, p1: int, d: int) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def describe(self) -> dict: ...
+
+    def close(self) -> None: ...
 
 
 SPLIT_NAMES = {"simple": "split_simple", "equal": "split_equal", "equal_sequential": "split_equal(sequential)",
@@ -108,5 +170,5 @@ def cache_split(n_stream: int) -> str:
     return "simple" if n_stream == 1 else "equal_sequential"
 
 
-__all__ = ["MemoryPlan", "MemoryUpdate", "SPLIT_NAMES", "cache_split", "check_coupled", "split_all",
+__all__ = ["Memory", "MemoryPlan", "MemoryUpdate", "SPLIT_NAMES", "cache_split", "check_coupled", "split_all",
            "whole_seqs_split"]

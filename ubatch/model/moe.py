@@ -61,11 +61,19 @@ def _uniform(f: GGUFFile, key: str, v, n_layer: int, lo: int = 0) -> int:
     return _int(f, key, v, lo)
 
 
-def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool) -> MoEParams:
+def has_experts(f: GGUFFile, arch: str) -> bool:
+    """Whether the file sets {arch}.expert_count to anything but 0 (read_moe then checks the value)."""
+    v = f.metadata.get(f"{arch}.expert_count")
+    return v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) == 0)
+
+
+def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None) -> MoEParams:
     """The MoE hyperparameters of arch hp.arch (llama.cpp: expert_count, expert_used_count,
-    expert_feed_forward_length default n_ff / n_used, expert_shared_feed_forward_length default n_ff)."""
+    expert_feed_forward_length default n_ff / n_used — or ff_exp when the arch fixes it (llama / Mixtral:
+    n_ff) —, expert_shared_feed_forward_length default n_ff)."""
     a, md = hp.arch, f.metadata
-    n_expert = _uniform(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), hp.n_layer)
+    from ubatch.model.hparams import _int
+    n_expert = _int(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), 0)   # a scalar (llama.cpp's get_key)
     if n_expert <= 0:
         raise GGUFError(f"{f.path}: n_expert must be > 0 for {a.upper()} ({a}.expert_count)")
     if n_expert > MAX_EXPERTS:
@@ -81,8 +89,9 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool) -> MoEParams:
     clamp = md.get(f"{a}.swiglu_clamp_exp")
     if clamp is not None and np.any(np.asarray(clamp, dtype=np.float64) > 1e-6):
         raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
-    ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
-                      hp.n_layer)
+    if ff_exp is None:
+        ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
+                          hp.n_layer)
     if ff_exp == 0:
         ff_exp = hp.n_ff // n_used
     if ff_exp <= 0:

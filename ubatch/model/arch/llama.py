@@ -63,7 +63,10 @@ class Weights:
 
 
 def load_hparams(f: GGUFFile) -> HParams:
-    return read_hparams(f, NAME, ROPE_TYPE)
+    hp = read_hparams(f, NAME, ROPE_TYPE, experts=True)
+    if moe.has_experts(f, NAME):   # Mixtral: experts of width n_ff, weights renormalised
+        hp.moe = moe.read_moe(f, hp, norm_w=True, shared=False, ff_exp=hp.n_ff)
+    return hp
 
 
 def load_rope_factors(src: TensorSource, hp: HParams, *, longrope: Optional[bool] = None) -> dict:
@@ -105,8 +108,9 @@ def load_decoder(src: TensorSource, hp: HParams, *, require_qkv_bias: bool, ffn_
             wq=src.matrix(p + "attn_q.weight", e, hq), wk=src.matrix(p + "attn_k.weight", e, hk),
             wv=src.matrix(p + "attn_v.weight", e, hk), wo=src.matrix(p + "attn_output.weight", hq, e),
             ffn_norm=src.vector(p + "ffn_norm.weight", e),
-            w_gate=src.matrix(p + "ffn_gate.weight", e, hp.n_ff), w_up=src.matrix(p + "ffn_up.weight", e, hp.n_ff),
-            w_down=src.matrix(p + "ffn_down.weight", hp.n_ff, e),
+            **(dict(w_gate=None, w_up=None, w_down=None, moe=moe.load_moe(src, hp, i)) if hp.moe is not None else
+               dict(w_gate=src.matrix(p + "ffn_gate.weight", e, hp.n_ff), w_up=src.matrix(p + "ffn_up.weight", e, hp.n_ff),
+                    w_down=src.matrix(p + "ffn_down.weight", hp.n_ff, e))),
             bq=src.vector(p + "attn_q.bias", hq, **opt), bk=src.vector(p + "attn_k.bias", hk, **opt),
             bv=src.vector(p + "attn_v.bias", hk, **opt),
             bo=src.vector(p + "attn_output.bias", e, required=False) if ffn_bias else None,
@@ -194,10 +198,10 @@ def decoder_forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
         x = x + a
         h = ops.rms_norm(x, L.ffn_norm, eps) if L.ffn_norm is not None else x
         if L.moe is not None:
-            x = x + moe.ffn(L.moe, hp, h, nt)
-            continue
-        f = ops.silu_mul(ops.matmul(h, L.w_gate, nt), ops.matmul(h, L.w_up, nt))
-        d = ops.matmul(f, L.w_down, nt)
+            d = moe.ffn(L.moe, hp, h, nt)
+        else:
+            f = ops.silu_mul(ops.matmul(h, L.w_gate, nt), ops.matmul(h, L.w_up, nt))
+            d = ops.matmul(f, L.w_down, nt)
         if L.post_ffw_norm is not None:
             d = ops.rms_norm(d, L.post_ffw_norm, eps)
         if rs:
