@@ -5,8 +5,8 @@ the rows' visible-cell lists) vs computing (ModelRunner.compute) vs the rest.
 Each workload is a seeded stream of random-token prompts generated greedily by LLMEngine (the `ubatch run` loop,
 prefix cache off).
 Timing is by instrumentation only: the methods Context.decode calls (allocator.init, the memory protocol's
-KVCache.init_batch (split + prepare) / apply / placement (incl. visible), ModelRunner.compute / update) and the
-engine's step are
+KVCache.init_batch (split + prepare) / apply / placement (incl. the visible lists), ModelRunner.compute / update)
+and the engine's step are
 wrapped on the instances with perf_counter_ns timers; the library is not modified. Columns:
 
   tok/s      decoded tokens (prompt + fed-back samples) / total step time
@@ -79,7 +79,6 @@ def instrument(ctx, engine) -> Timers:
     T.wrap(kv, "prepare", "kv_prepare")         # inside init_batch
     T.wrap(kv, "apply", "kv_apply")
     T.wrap(kv, "placement", "placement")
-    T.wrap(kv, "visible", "visible")            # inside placement
     T.wrap(ctx._runner, "compute", "compute")
     T.wrap(ctx._runner, "update", "update")
     T.wrap(engine, "step", "step")
@@ -142,7 +141,7 @@ def run_once(model, wl, threads):
         "time_us": {k: v / 1e3 for k, v in sorted(ns.items())},
         "share": {"plan": plan / step, "compute": ns.get("compute", 0) / step, "kv_update": ns.get("update", 0) / step,
                   "decode_glue": (dec - inside) / step, "serve": (step - dec) / step,
-                  **{f"plan.{k}": ns.get(k, 0) / step for k in PLAN}, "plan.placement.visible": ns.get("visible", 0) / step},
+                  **{f"plan.{k}": ns.get(k, 0) / step for k in PLAN}},
     }
 
 
@@ -173,7 +172,7 @@ def main(argv=None) -> int:
     reps = 1 if args.quick else max(1, args.reps)
     rows = []
     hdr = (f"{'workload':24s} {'par':>3s} {'uni':>3s} {'steps':>5s} {'ubs':>5s} {'tokens':>6s} {'tok/s':>8s} "
-           f"{'us/step':>8s} {'plan%':>6s} {'comp%':>6s} {'glue%':>6s} {'serve%':>6s}  plan: init/init_batch/apply/place(visible) %")
+           f"{'us/step':>8s} {'plan%':>6s} {'comp%':>6s} {'glue%':>6s} {'serve%':>6s}  plan: init/init_batch/apply/place %")
     print(hdr)
     print("-" * len(hdr))
     for wl in wls:
@@ -183,7 +182,7 @@ def main(argv=None) -> int:
         r["step_s_all"] = [x["step_s"] for x in runs]
         rows.append(r)
         s = r["share"]
-        parts = "/".join(f"{100 * s['plan.' + k]:.1f}" for k in PLAN) + f"({100 * s['plan.placement.visible']:.1f})"
+        parts = "/".join(f"{100 * s['plan.' + k]:.1f}" for k in PLAN)
         print(f"{r['workload']:24s} {r['parallel']:3d} {'yes' if r['kv_unified'] else 'no':>3s} {r['steps']:5d} "
               f"{r['ubatches']:5d} {r['decoded_tokens']:6d} {r['tokens_per_s']:8.0f} {r['us_per_step']:8.0f} "
               f"{100 * s['plan']:6.1f} {100 * s['compute']:6.1f} {100 * s['decode_glue']:6.1f} {100 * s['serve']:6.1f}"

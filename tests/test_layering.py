@@ -3,7 +3,9 @@ goes from a room to a room on a lower floor, never sideways or up, so there is n
 subpackages and compute/ imports nothing but common and the compiled module. Read from the source with `ast`
 (no import is executed), so a new upward import fails here by file and line."""
 import ast
+import importlib.metadata
 import os
+import sys
 
 import pytest
 
@@ -15,27 +17,19 @@ PKG = os.path.dirname(os.path.abspath(ubatch.__file__))
 FLOORS = {
     "_ffi": 0,                      # the compiled CFFI module (_ffi, _native, _build_ffi)
     "common": 1,                    # errors, limits, params, validation
-    "batch": 2, "compute": 2, "grammar": 2, "tokenizer": 2, "testing": 2,
+    "batch": 2, "compute": 2, "grammar": 2, "testing": 2,
+    "chat": 3,                      # chat formats, templates, tool plans: text in, text out (grammars for tools)
     "memory": 3,                    # the KV caches plan on batch's ubatches
-    "model": 3,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
-    "models": 4,                    # the catalogue: ubatch.models.load / tiny_llama
-    "chat": 5,                      # chat formats, templates, tool plans (llama-cpp-python's formatters)
-    "engine": 6,                    # Context (the decode loop), model runner, K/V store, LLMEngine, LLM
-    "ubatch": 7,                    # the package's facade: ubatch/__init__.py
-    "llama_cpp": 8,                 # the llama-cpp-python drop-in
-    "server": 9,                    # the OpenAI-compatible server
-    "llama_cpp.server": 10, "ray": 10, "viz": 10,
-    "bench": 11,
-    "cli": 12,                      # ubatch/cli and ubatch/__main__
-}
-
-# upward imports still waiting for their move (each one a circle); this set must shrink to nothing, and the test
-# fails as well when one of them is gone but still listed here
-KNOWN_UPWARD = {
-    ("tokenizer", "chat"),          # tokenizer/chat_encode.py, chat_template.py render through chat.jinja
-    ("chat", "engine"),             # chat/tool_plan.py probes engine.sampling.SamplingParams
-    ("chat", "llama_cpp"),          # chat/jinja_formatter.py returns llama_cpp's StoppingCriteriaList, handler
-    ("engine", "llama_cpp"),        # engine/speculative.py: llama_cpp.llama_speculative.prompt_lookup_ngram
+    "tokenizer": 4,                 # vocabularies, pre-tokenizers; renders chat templates through chat
+    "model": 5,                     # GGUF, hyperparameters, weights, archs, the fused forward (on compute)
+    "models": 6,                    # the catalogue: ubatch.models.load / tiny_llama
+    "engine": 7,                    # Context (the decode loop), model runner, K/V store, LLMEngine, LLM
+    "ubatch": 8,                    # the package's facade: ubatch/__init__.py
+    "llama_cpp": 9,                 # the llama-cpp-python drop-in
+    "server": 10,                   # the OpenAI-compatible server
+    "llama_cpp.server": 11, "ray": 11, "viz": 11,
+    "bench": 12,
+    "cli": 13,                      # ubatch/cli and ubatch/__main__
 }
 
 
@@ -110,17 +104,60 @@ def test_compute_imports_only_common_and_ffi():
 
 
 def test_imports_go_down_the_floors():
-    upward, seen = [], set()
+    upward = []
     for me, to, f, line in imports():
         a, b = room_of(me), room_of(to)
         if a == b or FLOORS[b] < FLOORS[a]:
             continue
-        seen.add((a, b))
-        if (a, b) not in KNOWN_UPWARD:
-            upward.append(f"  {f}:{line} ({a}, floor {FLOORS[a]}) imports {to} ({b}, floor {FLOORS[b]})")
+        upward.append(f"  {f}:{line} ({a}, floor {FLOORS[a]}) imports {to} ({b}, floor {FLOORS[b]})")
     assert not upward, "imports sideways or up the floors (docs/architecture.md):\n" + "\n".join(upward)
-    stale = KNOWN_UPWARD - seen
-    assert not stale, f"no longer imported, drop from KNOWN_UPWARD: {sorted(stale)}"
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_tests_live_in_rooms():
+    """At most 5 files directly in tests/; every other test sits in a room folder, and no room folder is named
+    like an importable module (the tests folder is on sys.path, where such a folder would pass for it)."""
+    top = [f for f in os.listdir(TESTS) if os.path.isfile(os.path.join(TESTS, f)) and not f.startswith(".")]
+    assert len(top) <= 5, f"files directly in tests/: {sorted(top)}"
+    rooms = [d for d in os.listdir(TESTS) if os.path.isdir(os.path.join(TESTS, d)) and not d.startswith((".", "__"))]
+    taken = set(sys.stdlib_module_names) | set(importlib.metadata.packages_distributions()) | {"ubatch"}
+    assert not taken & set(rooms), f"room folders named like importable modules: {sorted(taken & set(rooms))}"
+    for d in rooms:
+        if d not in ("data", "support"):
+            assert any(f.startswith("test_") for f in os.listdir(os.path.join(TESTS, d))), f"tests/{d} holds no test"
+
+
+def test_test_modules_import_only_their_room_and_support():
+    """A test module imports helpers (and test modules) of its own room or of tests/support only: each room's folder
+    is on sys.path only once pytest has collected it, so a reach into another room works in a whole run and fails
+    when that room is run alone."""
+    where = {}
+    for dirpath, _, files in os.walk(TESTS):
+        for f in files:
+            if f.endswith(".py") and "data" not in os.path.relpath(dirpath, TESTS).split(os.sep):
+                where[f[:-3]] = os.path.relpath(dirpath, TESTS).split(os.sep)[0]
+    bad = []
+    for dirpath, _, files in os.walk(TESTS):
+        room = os.path.relpath(dirpath, TESTS).split(os.sep)[0]
+        if room == "data":
+            continue
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read(), path)
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module
+                         else [])
+                for n in names:
+                    home = where.get(n.split(".")[0])
+                    if home is not None and home not in (room, "support", "."):
+                        bad.append(f"  {os.path.relpath(path, TESTS)}:{node.lineno} imports {n} from tests/{home}")
+    assert not bad, "imports across test rooms (move the helper to tests/support):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("module, room", [("ubatch", "ubatch"), ("ubatch.Batch", "ubatch"),

@@ -1,4 +1,4 @@
-/* Batch allocator: init (validation + normalisation), llama-batch.md §3. The checks run in llama.cpp's
+/* Batch allocator: init (validation + normalisation), docs/llama-cpp-behaviours.md §B3. The checks run in llama.cpp's
  * order: content types (Appendix A), V1-V3, F1-F4, S1-S3, C1-C3. */
 #include <stdio.h>
 #include <stdlib.h>

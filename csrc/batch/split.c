@@ -1,4 +1,4 @@
-/* Batch allocator: the three split strategies and ubatch_add (llama-batch.md §4). */
+/* Batch allocator: the three split strategies and ubatch_add (docs/llama-cpp-behaviours.md §B4). */
 #include <string.h>
 
 #include "alloc_state.h"
@@ -121,7 +121,7 @@ static void ensure_groups(ub_norm *nb) {
     nb->groups_built = 1;
 }
 
-/* split_simple (§4.2): the next n_ubatch unused rows in batch order; n_seqs = n_tokens. */
+/* split_simple (§B4.2): the next n_ubatch unused rows in batch order; n_seqs = n_tokens. */
 ub_ubatch *ub_alloc_split_simple(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     ub_norm *nb = split_begin(a, n_ubatch, status);
     if (!nb) return NULL;
@@ -144,7 +144,7 @@ static int32_t group_next(ub_norm *nb, int32_t g) {
     return c;
 }
 
-/* split_equal (§4.3): n disjoint seq sets grown in lockstep. strict = 1 chooses at most n_ubatch sets
+/* split_equal (§B4.3): n disjoint seq sets grown in lockstep. strict = 1 chooses at most n_ubatch sets
  * (never more than n_ubatch tokens); strict = 0 keeps llama.cpp's n_ubatch + 1 overflow.
  * Rows of the result: n consecutive groups of the chosen sets, each in batch order. */
 ub_ubatch *ub_alloc_split_equal(ub_alloc *a, int32_t n_ubatch, int32_t sequential, int32_t n_keep_tail,
@@ -263,7 +263,7 @@ static int set_is_single(const uint64_t *s) {
     return words == 1 && (w & (w - 1)) == 0;
 }
 
-/* split_seq (§4.4): from the first unused row, follow rows whose set is a subset of the current one
+/* split_seq (§B4.4): from the first unused row, follow rows whose set is a subset of the current one
  * (the allowed set only shrinks); one sequence set per ubatch, n_seqs = 1. */
 ub_ubatch *ub_alloc_split_seq(ub_alloc *a, int32_t n_ubatch, int32_t *status) {
     ub_norm *nb = split_begin(a, n_ubatch, status);

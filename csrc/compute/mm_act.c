@@ -1,4 +1,4 @@
-/* Per-row activation quantisation, as ggml-cpu does it on x86 before a matmul (real-models.md §2.2):
+/* Per-row activation quantisation, as ggml-cpu does it on x86 before a matmul (docs/llama-cpp-behaviours.md §M2.2):
  *   Q8_0 / Q8_1: per 32, amax = max|x|, d = amax/127, id = 127/amax (0 when amax == 0),
  *                q = round-half-even(x * id); d stored fp16-rounded; Q8_1 adds s = fp16(d * sum q);
  *   Q8_K:        per 256, m = the element of largest magnitude (first one), iscale = -127/m,

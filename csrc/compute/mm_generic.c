@@ -1,5 +1,5 @@
 /* Plain-C block decoders, dequantisers and dot kernels for every weight type, and the type table.
- * Block layouts: real-models.md §2.1 (little-endian; f16 scales). A dot kernel decodes each weight block
+ * Block layouts: docs/llama-cpp-behaviours.md §M2.1 (little-endian; f16 scales). A dot kernel decodes each weight block
  * once into small integers (+ integer sub-block scales/mins) and reuses it for the nr activation rows;
  * inside a block everything is exact int32 arithmetic, then one float combination per block into the
  * row's single accumulator, blocks in index order. Nothing depends on nr or on the other rows. */

@@ -99,14 +99,18 @@ static void visible_interval(int32_t swa_type, int32_t n_swa, int32_t causal, in
 }
 
 /* Lists, for stream `base`'s cells [0, n_kv), the cells of every seq in need[4] (a 256-bit set) as keys
- * (pos << 32) | cell, sorted per seq: seq s's run is (*keys)[off[s] .. off[s+1]) (off int64[UB_MAX_SEQ+1],
- * caller-owned). *keys, *tmp (the sort's scratch) / *cap: growable buffers of *cap entries owned by the
- * caller (realloc'd here). */
-static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *need, int64_t *off, int64_t **keys,
+ * (pos << 32) | cell, sorted per seq: seq s's run is (*keys)[run[2s] .. run[2s+1]) (run int64[2*UB_MAX_SEQ],
+ * caller-owned; written for the seqs of need only). *keys, *tmp (the sort's scratch) / *cap: growable
+ * buffers of *cap entries owned by the caller (realloc'd here). Cost O(n_kv + sort), not O(256). */
+static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *need, int64_t *run, int64_t **keys,
                        int64_t **tmp, int64_t *cap) {
     const int32_t *cpos = kv->pos + base;
     const uint64_t *cseq = kv->seq + base * UB_SEQ_WORDS;
-    int64_t cnt[UB_MAX_SEQ] = {0};
+    int32_t ids[UB_MAX_SEQ], n_ids = 0;
+    for (int w = 0; w < UB_SEQ_WORDS; w++)
+        for (uint64_t bits = need[w]; bits; bits &= bits - 1) ids[n_ids++] = w * 64 + __builtin_ctzll(bits);
+    int64_t cnt[UB_MAX_SEQ];
+    for (int32_t q = 0; q < n_ids; q++) cnt[ids[q]] = 0;
     int64_t total = 0;
     for (int32_t j = 0; j < n_kv; j++) {
         if (cpos[j] < 0) continue;
@@ -128,9 +132,12 @@ static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *ne
         *tmp = p;
         *cap = total;
     }
-    off[0] = 0;
-    for (int s = 0; s < UB_MAX_SEQ; s++) off[s + 1] = off[s] + cnt[s];
-    for (int s = 0; s < UB_MAX_SEQ; s++) cnt[s] = off[s];
+    int64_t at = 0;
+    for (int32_t q = 0; q < n_ids; q++) {
+        const int32_t s = ids[q];
+        run[2 * s] = run[2 * s + 1] = at;     /* run[2s+1] is the fill cursor, then the end */
+        at += cnt[s];
+    }
     int64_t *k = *keys;
     for (int32_t j = 0; j < n_kv; j++) {
         if (cpos[j] < 0) continue;
@@ -138,13 +145,15 @@ static int group_lists(ub_kv *kv, int64_t base, int32_t n_kv, const uint64_t *ne
         for (int w = 0; w < UB_SEQ_WORDS; w++) {
             uint64_t bits = cseq[(int64_t)j * UB_SEQ_WORDS + w] & need[w];
             while (bits) {
-                k[cnt[w * 64 + __builtin_ctzll(bits)]++] = key;
+                k[run[2 * (w * 64 + __builtin_ctzll(bits)) + 1]++] = key;
                 bits &= bits - 1;
             }
         }
     }
-    for (int s = 0; s < UB_MAX_SEQ; s++)
-        if (off[s + 1] - off[s] > 1) sort_keys(k + off[s], off[s + 1] - off[s], *tmp + off[s]);
+    for (int32_t q = 0; q < n_ids; q++) {
+        const int64_t lo = run[2 * ids[q]], m = run[2 * ids[q] + 1] - lo;
+        if (m > 1) sort_keys(k + lo, m, *tmp + lo);
+    }
     return UB_OK;
 }
 
@@ -190,13 +199,13 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
     }
 
     int64_t *keys = NULL, *ktmp = NULL, kcap = 0;
-    int64_t *off_s = malloc(sizeof(int64_t) * (UB_MAX_SEQ + 1));
+    int64_t run[2 * UB_MAX_SEQ];                                 /* per seq: its run in keys */
     int64_t *rng = malloc(sizeof(int64_t) * 2 * (size_t)n);      /* per row: [lo, hi) in its seq's run */
     int64_t ocap = 2 * (int64_t)n + 1 + n_kv;                     /* grows per group */
     int32_t *blk = malloc(sizeof(int32_t) * (size_t)ocap);
     int rc = UB_OK;
     int64_t t = 0;                                                /* cells written so far */
-    if (!off_s || !rng || !blk) {
+    if (!rng || !blk) {
         rc = kv_fail(kv, UB_E_NOMEM, "out of memory (visible cells)");
         goto done;
     }
@@ -209,7 +218,7 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
             const int32_t s = ub->seq_id[ub->seq_off[k * per + r]];
             need[s >> 6] |= (uint64_t)1 << (s & 63);
         }
-        rc = group_lists(kv, base, n_kv, need, off_s, &keys, &ktmp, &kcap);
+        rc = group_lists(kv, base, n_kv, need, run, &keys, &ktmp, &kcap);
         if (rc) break;
         /* count: each row's run [lo, hi) minus the cells the tie rule hides */
         int64_t add = 0;
@@ -219,10 +228,11 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
             const int32_t p1 = ub->pos[row];
             int64_t a, b;
             visible_interval(swa_type, n_swa, causal, p1, &a, &b);
-            int64_t lo = off_s[s + 1], hi = lo;
+            const int64_t r0 = run[2 * s], r1 = run[2 * s + 1];
+            int64_t lo = r1, hi = r1;
             if (a <= b) {
-                lo = lower_pos(keys, off_s[s], off_s[s + 1], a);
-                hi = b == INT64_MAX ? off_s[s + 1] : lower_pos(keys, lo, off_s[s + 1], b + 1);
+                lo = lower_pos(keys, r0, r1, a);
+                hi = b == INT64_MAX ? r1 : lower_pos(keys, lo, r1, b + 1);
             }
             rng[2 * row] = lo;
             rng[2 * row + 1] = hi;
@@ -267,7 +277,6 @@ int ub_kv_visible(ub_kv *kv, int32_t i, const ub_ubatch *ub, int32_t causal, int
 done:
     free(keys);
     free(ktmp);
-    free(off_s);
     free(rng);
     if (rc != UB_OK) {
         free(blk);

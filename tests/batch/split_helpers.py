@@ -8,31 +8,23 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
-import pytest
 
+from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.container import Batch
 from ubatch.batch.reference import ReferenceAllocator
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 VECTOR_FILES = ["split_hand.jsonl.gz", "split_invalid.jsonl.gz", "split_random.jsonl.gz"]
 
-try:  # the native allocator (C core); the tests that need it skip with the reason when it is missing
-    from ubatch.batch.allocator import BatchAllocator as _NativeAllocator
-    NATIVE_ERROR = ""
-except Exception as e:  # pragma: no cover - only before the C core exists / when the build is missing
-    _NativeAllocator = None
-    NATIVE_ERROR = f"native BatchAllocator unavailable: {type(e).__name__}: {e}"
 
 IMPLS = ["native", "reference"]
 
 
 def allocator_factory(impl: str) -> Callable[..., object]:
-    """The class implementing `impl` ("native" or "reference"); skips the test if it is unavailable."""
+    """The class implementing `impl` ("native" or "reference")."""
     if impl == "reference":
         return ReferenceAllocator
-    if _NativeAllocator is None:
-        pytest.skip(NATIVE_ERROR)
-    return _NativeAllocator
+    return BatchAllocator
 
 
 class SeqPosMemory:

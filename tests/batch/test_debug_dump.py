@@ -142,11 +142,8 @@ def test_failed_init_prints_nothing(level, capfd):
 
 def test_context_decode_is_dumped(level, capsys):
     """The decode loop goes through BatchAllocator, so UBATCH_DEBUG shows its init and ubatches."""
-    Context = getattr(ubatch, "Context", None)
-    if Context is None:
-        pytest.skip("ubatch.Context is not in this build")
     level(1)
-    ctx = Context(None, n_ctx=64, n_batch=16, n_ubatch=4, n_seq_max=2)
+    ctx = ubatch.Context(None, n_ctx=64, n_batch=16, n_ubatch=4, n_seq_max=2)
     b = ubatch.Batch.from_arrays(tokens=[1, 2, 3, 4, 5, 6], pos=[0, 1, 2, 0, 1, 2], seq_ids=[0, 0, 0, 1, 1, 1],
                                  output=[0, 0, 1, 0, 0, 1])
     ctx.decode(b)

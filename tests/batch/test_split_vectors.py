@@ -20,7 +20,7 @@ from split_helpers import (DATA, IMPLS, VECTOR_FILES, allocator_factory, build_b
                            diff_ubatches, expected_record, init_error_text, log_messages, split_all, split_call,
                            ubatch_record)
 
-# sha256 of the uncompressed files, from /work/shared/vectors/index.json (see tests/data/README.md)
+# sha256 of the uncompressed files, as the recordings' index gives them (provenance: tests/data/README.md)
 SHA256 = {
     "split_hand.jsonl.gz": "7d9cd76944275d0517a3329602af692df59689f7fd69529aab8637d7fbfdd3bf",
     "split_invalid.jsonl.gz": "78fd5b696f13c37cc3e256caddb780363dd87483eb0006d81d246cdc678769ec",

@@ -27,9 +27,9 @@ def test_run_once_shares(bench, unified):
     wl = ("t", 6, 3, (4, 12), (2, 5), 768 if not unified else 256, 16, 8, unified)
     r = bench.run_once(tiny_llama(), wl, 1)
     t = r["time_us"]
-    for k in ("step", "decode", "init", "init_batch", "kv_prepare", "kv_apply", "placement", "visible", "compute"):
+    for k in ("step", "decode", "init", "init_batch", "kv_prepare", "kv_apply", "placement", "compute"):
         assert t[k] > 0, k
-    assert t["kv_prepare"] <= t["init_batch"] and t["visible"] <= t["placement"]
+    assert t["kv_prepare"] <= t["init_batch"]
     assert t["compute"] < t["decode"] <= t["step"]
     s = r["share"]
     assert abs(s["plan"] + s["compute"] + s["kv_update"] + s["decode_glue"] + s["serve"] - 1) < 1e-9

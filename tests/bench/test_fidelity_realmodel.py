@@ -1,4 +1,4 @@
-"""The fidelity instrument (ubatch bench fidelity) on one short prompt of a real model: issue 28's 11-token
+"""The fidelity instrument (ubatch bench fidelity) on one short prompt of a real model: the 11-token
 chat prompt on Qwen2.5-Coder 0.5B, f32 K/V. ubatch, llama.cpp (recorded with llama-cpp-python 0.3.36,
 ubatch/bench/data/fidelity) and the float64 emulating reference: each row's distance of ubatch to the
 reference must lie within the float32 noise floor (the same graph in float32 arithmetic, forward(dtype=

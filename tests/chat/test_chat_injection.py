@@ -1,4 +1,4 @@
-"""Issue 20 item 7: chat message content is tokenized as text; only the template's own markup gives special
+"""Chat message content is tokenized as text; only the template's own markup gives special
 tokens (ubatch.LLM.chat here; the server over HTTP in test_server_round2.py). parse_special=True restores the
 old behaviour; content without special-token text gives exactly the old ids (the template's trim included)."""
 import pytest

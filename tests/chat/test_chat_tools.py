@@ -102,7 +102,7 @@ def test_tool_handlers_on_the_tiny_model(monkeypatch):
     import ubatch.llama_cpp as L
     from ubatch.llama_cpp import _model
     from ubatch.models import TINY_LLAMA_PATH
-    from test_llama_cpp_llama import ByteVocab
+    from byte_vocab import ByteVocab
     monkeypatch.setattr(_model, "_load_tokenizer", lambda path, raw: ByteVocab())
     llm = L.Llama(TINY_LLAMA_PATH, n_ctx=2048, verbose=False, chat_format="chatml-function-calling")
     r = llm.create_chat_completion(C.TOOL_CONVERSATION, tools=C.TOOLS, tool_choice="none", max_tokens=4,

@@ -1,4 +1,4 @@
-"""Issue 20 item 9: every `ubatch` command but `serve` works without the [server] extra; `serve` says which
+"""Every `ubatch` command but `serve` works without the [server] extra; `serve` says which
 extra it needs. The child process blocks fastapi / starlette / uvicorn / pydantic at import (as if they were
 not installed) and runs the real CLI. (.ci/run also installs the package without extras in a fresh venv.)"""
 import subprocess

@@ -1,4 +1,4 @@
-"""Issue 20 item 4 and the drop-in's C-style return codes: a llama_batch whose n_tokens exceeds what
+"""The llama_batch bounds and the drop-in's C-style return codes: a llama_batch whose n_tokens exceeds what
 llama_batch_init allocated is refused (-1, llama.cpp's invalid batch) before any row is read; an embedding
 batch narrower than the model is refused; llama_token_to_piece with lstrip < 0 strips nothing and
 llama_tokenize with text_len < 0 returns INT32_MIN, as return codes, never exceptions."""

@@ -10,27 +10,7 @@ import ubatch.llama_cpp as L
 from ubatch.llama_cpp import _model
 from ubatch.models import TINY_LLAMA_PATH
 
-EOS = 7
-
-
-class ByteVocab:
-    """A stand-in vocabulary for the tiny model (which has none): token t <-> byte t."""
-    n_vocab, bos, eos, eot = 256, -1, EOS, -1
-
-    def encode(self, text, add_special=True, parse_special=False):
-        return list(bytes(text))
-
-    def token_to_piece(self, token, special=False, lstrip=0):
-        return bytes([token])
-
-    def decode_bytes(self, ids, remove_special=False, unparse_special=False):
-        return bytes(ids)
-
-    def is_eog(self, token):
-        return token == EOS
-
-    def is_control(self, token):
-        return False
+from byte_vocab import EOS, ByteVocab
 
 
 @pytest.fixture

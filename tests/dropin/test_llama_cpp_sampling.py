@@ -65,7 +65,7 @@ def test_sampler_sample_accepts_and_chain_api():
 def test_chain_without_selector_raises_instead_of_aborting():
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
     L.llama_sampler_chain_add(chain, L.llama_sampler_init_top_k(3))
-    from ubatch.llama_cpp._sampling import sample_row
+    from ubatch.llama_cpp._sampler_api import sample_row
     with pytest.raises(RuntimeError, match="greedy, dist or mirostat"):
         sample_row(chain, LOGITS)
     L.llama_sampler_free(chain)
@@ -103,6 +103,6 @@ def test_custom_sampler_from_python_callbacks():
     chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
     L.llama_sampler_chain_add(chain, L.llama_sampler_init(ctypes.pointer(iface), None))
     L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
-    from ubatch.llama_cpp._sampling import sample_row
+    from ubatch.llama_cpp._sampler_api import sample_row
     assert sample_row(chain, LOGITS) == 7 and seen == [LOGITS.shape[0]]
     assert L.llama_sampler_name(L.llama_sampler_chain_get(chain, 0)) == b"mine"

@@ -15,7 +15,7 @@ import ubatch.llama_cpp as L
 from ubatch.llama_cpp import _model, _state
 from ubatch.models import TINY_LLAMA_PATH
 
-from test_llama_cpp_llama import ByteVocab
+from byte_vocab import ByteVocab
 
 
 class Ctx:

@@ -11,7 +11,7 @@ from ubatch.llama_cpp import _model
 from ubatch.llama_cpp.llama_cache import token_prefix
 from ubatch.models import TINY_LLAMA_PATH
 
-from test_llama_cpp_llama import ByteVocab
+from byte_vocab import ByteVocab
 
 
 @pytest.fixture(autouse=True)

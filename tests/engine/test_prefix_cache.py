@@ -1,4 +1,4 @@
-"""Automatic prefix caching (issue 23) on the embedded tiny model: completions (greedy, seeded sampling,
+"""Automatic prefix caching (docs/engine.md) on the embedded tiny model: completions (greedy, seeded sampling,
 log-probabilities, n > 1) are identical with and without the cache for shared system prompts, multi-turn chats and
 partial overlaps, per-sequence and unified KV; the logits of a prompt whose prefix was reused are bitwise those of
 a recomputation; requests arriving together compute their shared prefix once; the KV accounting stays consistent

@@ -1,4 +1,4 @@
-"""Issue 20 item 8: a NaN logit never wins and never freezes the choice; the other tokens are chosen exactly
+"""A NaN logit never wins and never freezes the choice; the other tokens are chosen exactly
 as if it were -inf (bitwise the same token and log-probabilities, every sampling path, AVX2 and plain C).
 Non-finite sampling parameters are refused (ValueError naming the field; the server's 400 is tested over HTTP
 in test_server_round2.py)."""

@@ -18,7 +18,7 @@ from ubatch.llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLooku
 from ubatch.models import TINY_LLAMA_PATH, tiny_llama
 
 from spec_helpers import kv_state, repetitive_prompts
-from test_llama_cpp_llama import ByteVocab
+from byte_vocab import ByteVocab
 
 MODEL = tiny_llama()
 

@@ -1,4 +1,4 @@
-"""Issue 20 item 1: stop matching costs O(new text) per token, whatever the stop strings' length (the old
+"""Stop matching costs O(new text) per token, whatever the stop strings' length (the old
 matcher tested every prefix of every stop string per token: quadratic in the stop length). Checked two ways:
 the same deltas and final text as a direct (slow) reference on random pieces and stops, and a count of the
 character reads the matcher makes per generated character with four 20,000-character stop strings."""

@@ -1,4 +1,4 @@
-"""A direct, slow Python model of llama.cpp's KV sequence operations (spec §5.2, §5.7), used to check
+"""A direct, slow Python model of llama.cpp's KV sequence operations (docs/llama-cpp-behaviours.md §K5.2, §K5.7), used to check
 the C implementation on random operation sequences. Cells per stream: pos (-1 empty), seq set, shift."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The two-cache sliding-window memory (KVCacheISWA, llama.cpp's llama_kv_cache_iswa) through planning-only
-Contexts and the memory protocol: sizes (real-models.md §4.2), the worked 3,000-token example (§4.6), rewind
-refusal (§4.7, beyond llama.cpp), one transaction for both caches under injected failures, seq ops on both."""
+Contexts and the memory protocol: sizes (docs/llama-cpp-behaviours.md §M4.2), the worked 3,000-token example (§M4.6), rewind
+refusal (§M4.7, beyond llama.cpp), one transaction for both caches under injected failures, seq ops on both."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +28,7 @@ def both_cells(mem):
 
 
 def test_sizes_follow_llama_cpp():
-    # real-models.md §4.2: size_swa = pad256(min(size, n_swa * (unified ? n_seq_max : 1) + n_ubatch)), swa_full: size
+    # docs/llama-cpp-behaviours.md §M4.2: size_swa = pad256(min(size, n_swa * (unified ? n_seq_max : 1) + n_ubatch)), swa_full: size
     assert swa_cache_size(4096, 512, n_seq_max=1, unified=False, n_ubatch=512, swa_full=False) == 1024
     assert swa_cache_size(512, 512, n_seq_max=1, unified=False, n_ubatch=512, swa_full=False) == 512
     assert swa_cache_size(4096, 512, n_seq_max=1, unified=False, n_ubatch=512, swa_full=True) == 4096
@@ -49,7 +49,7 @@ def test_swa_pattern_gives_layers():
 
 
 def test_worked_example_3000_tokens():
-    """§4.6: a 3,000-token prompt in ubatches of 512 into a 1024-cell sliding cache: it keeps 1976..2999 (the
+    """§M4.6: a 3,000-token prompt in ubatches of 512 into a 1024-cell sliding cache: it keeps 1976..2999 (the
     cells of the table), the full cache keeps 0..2999; positions are answered from the sliding cache."""
     c = gemma_ctx()
     c.decode(seq_batch(0, 0, 3000))
@@ -69,7 +69,7 @@ def test_worked_example_3000_tokens():
 
 
 def test_rewind_refused_and_allowed():
-    """§4.7: llama.cpp silently computes wrong logits after seq_rm(s, 2000, -1) and restarts automatic
+    """§M4.7: llama.cpp silently computes wrong logits after seq_rm(s, 2000, -1) and restarts automatic
     positions at 0 after seq_rm(s, 1000, -1); here both raise RewindError and change nothing."""
     c = gemma_ctx()
     c.decode(seq_batch(0, 0, 3000))
@@ -212,7 +212,7 @@ class _SWAModel:
 
 
 def _install_swa_runner(monkeypatch):
-    """A runner with the INTERFACES.md two-cache surface: kv_size_swa, update(..., swa_copies, swa_shift)."""
+    """A runner with the two-cache surface of docs/memory.md: kv_size_swa, update(..., swa_copies, swa_shift)."""
     import sys
     import types
 
@@ -262,7 +262,7 @@ def test_context_with_a_sliding_model_drives_both_caches(monkeypatch):
 
 
 def test_context_with_todays_runner_keeps_sliding_layers_on_the_full_cache(monkeypatch):
-    """A runner without kv_size_swa gets place.swa = None (it applies the window itself, INTERFACES.md)."""
+    """A runner without kv_size_swa gets place.swa = None (it applies the window itself, docs/memory.md)."""
     from fake_runner import install
 
     install(monkeypatch)

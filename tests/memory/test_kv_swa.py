@@ -1,4 +1,4 @@
-"""find_slot with an SWA window: spec §7.6 worked example, and each SWA type's reuse rule."""
+"""find_slot with an SWA window: the worked example of docs/llama-cpp-behaviours.md §K7.6, and each SWA type's reuse rule."""
 import pytest
 
 from ubatch.memory.kv_cache import KVCache

@@ -162,3 +162,25 @@ def test_placement_mask_view_and_hand_made():
     np.testing.assert_array_equal(m, kv.mask(plan, 0))
     assert Placement(pl.streams, pl.cells, pl.n_kv, mask=m).mask is m
     kv.rollback(plan)
+
+
+def test_visible_bad_input_names_the_culprit():
+    import pytest
+    from ubatch.common.errors import CallOrderError
+    kv = KVCache(1, 16)
+    plan = make_plan(kv, [0, 1], [[0], [0]])
+    kv.begin(plan)
+    kv.apply(plan, 0)
+    with pytest.raises(ValueError, match="swa_type must be one of"):
+        kv.visible(plan, 0, swa_type="sliding", n_swa=4)
+    with pytest.raises(ValueError, match="bad window"):
+        kv.visible(plan, 0, swa_type="standard", n_swa=0)
+    with pytest.raises(ValueError, match="n_kv"):
+        kv.visible(plan, 0, n_kv=17)
+    for bad in (3, -1, 0.0):
+        with pytest.raises(IndexError, match="not in the plan"):
+            kv.visible(plan, bad, n_kv=16)
+    kv.rollback(plan)
+    kv.seq_rm(0)                                  # the plan is no longer the cache's current one
+    with pytest.raises(CallOrderError, match="current plan"):
+        kv.visible(plan, 0)

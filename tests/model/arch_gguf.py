@@ -1,4 +1,4 @@
-"""Tiny random-weight GGUF models of every dense architecture variant ubatch reads (issue 25 item 1), written
+"""Tiny random-weight GGUF models of every dense architecture variant ubatch reads (docs/models.md), written
 with the `gguf` package from fixed seeds: the files llama.cpp's logits were recorded on (tests/model/record_arch_dense.py,
 recordings in tests/data/arch_dense/) and that the agreement tests rebuild byte for byte (the recording stores each
 file's sha256).
@@ -91,10 +91,11 @@ def _llama3_factors(n: int, base: float) -> np.ndarray:
     return out
 
 
-def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, np.ndarray] = None) -> str:
+def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, np.ndarray] = None,
+          extra: Dict[str, np.ndarray] = None) -> str:
     """The GGUF of variant `name` at path (deterministic: the same bytes every time). override: full key ->
     (value, type) replacing / adding a metadata key, or None removing it; tensors: F32 tensors replacing the
-    variant's of the same name (for the error tests)."""
+    variant's of the same name; extra: F32 tensors added (for the error tests)."""
     spec = VARIANTS[name]
     arch, nl = spec["arch"], spec.get("n_layer", 2)
     n_rot = spec.get("n_rot", HD)
@@ -173,6 +174,8 @@ def write(path, name: str, override: Dict[str, Any] = None, tensors: Dict[str, n
             mat(p + "ffn_gate.weight", FF, E)
             mat(p + "ffn_up.weight", FF, E)
         mat(p + "ffn_down.weight", E, FF)
+    for tname, a in (extra or {}).items():
+        w.add_tensor(tname, np.ascontiguousarray(a, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,4 +1,4 @@
-"""The dense architectures of issue 25 item 1 (llama with every rope scaling, qwen3, phi3, granite, olmo2,
+"""The dense architectures (llama with every rope scaling, qwen3, phi3, granite, olmo2,
 minicpm, smollm3) on tiny random-weight GGUFs (tests/model/arch_gguf.py) against llama.cpp's logits recorded by
 tests/model/record_arch_dense.py (tests/data/arch_dense, llama-cpp-python 0.3.36).
 
@@ -265,6 +265,15 @@ def test_rope_factors_wrong_shape_raise(tmp_path, variant, tensor):
     bad[1] = 0.0
     p = arch_gguf.write(tmp_path / "b.gguf", variant, tensors={tensor: bad})
     with pytest.raises(GGUFError, match=f"tensor '{tensor}' must hold finite non-zero factors"):
+        ubatch.Model.from_gguf(p)
+
+
+@pytest.mark.parametrize("variant, tensor", [("qwen3", "blk.0.attn_output.bias"), ("smollm3", "blk.1.attn_output.bias"),
+                                             ("olmo2", "blk.0.attn_norm.weight"), ("llama-none", "rope_freqs_2.weight")])
+def test_unused_tensors_raise_naming_them(tmp_path, variant, tensor):
+    """A tensor the architecture does not read is refused (llama.cpp: "wrong number of tensors"), never ignored."""
+    p = arch_gguf.write(tmp_path / "a.gguf", variant, extra={tensor: np.ones(arch_gguf.E, dtype=np.float32)})
+    with pytest.raises(GGUFError, match=f"tensor '{tensor}' not used by architecture"):
         ubatch.Model.from_gguf(p)
 
 

@@ -1,4 +1,4 @@
-"""gemma2, qwen2moe, qwen3moe, olmoe and llama with experts (Mixtral) on tiny random-weight GGUFs
+"""gemma2, qwen2moe, qwen3moe, olmoe, granitemoe and llama with experts (Mixtral) on tiny random-weight GGUFs
 (tests/model/tiny_arch.py, written from fixed seeds): agreement with llama.cpp's recorded logits (tests/data/arch, made by tests/model/record_arch.py), batch invariance
 bitwise (MoE included: the same prompt with other companions, n_ubatch, thread counts, KV layouts, chunks),
 the fused C layer against the Python reference path, the MoE block (csrc/compute/moe.c) against a numpy
@@ -93,7 +93,7 @@ INV = [dict(others=0, n_ubatch=512, kv_unified=False, n_threads=2, chunks=()),
 
 
 @pytest.mark.parametrize("name", ["gemma2-q8_0", "qwen2moe-q8_0", "qwen3moe-f32", "qwen3moe-q8_0", "mixtral-q8_0",
-                                  "olmoe-q8_0"])
+                                  "olmoe-q8_0", "granitemoe-q8_0"])
 def test_batch_invariance_bitwise(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [17], seed=5)[0]
@@ -110,7 +110,8 @@ def test_batch_invariance_bitwise(files, name):
                 assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"{name} {kvt}"
 
 
-@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0", "mixtral-q8_0", "olmoe-f32"])
+@pytest.mark.parametrize("name", ["gemma2-f32", "qwen2moe-q8_0", "qwen3moe-q8_0", "mixtral-q8_0", "olmoe-f32",
+                                  "granitemoe-q8_0"])
 def test_fused_equals_reference_path(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [13], seed=2)[0]
@@ -153,13 +154,13 @@ def _np_moe(m, mw, h):
             a = silu(x[i] @ G[e * F:(e + 1) * F].T) * (x[i] @ U[e * F:(e + 1) * F].T)
             out[i] += w[i, s] * (a @ D[e * E:(e + 1) * E].T)
     if mp.n_ff_shexp:
-        gate = 1 / (1 + np.exp(-(x @ W(mw.gate_inp_shexp).T)))
+        gate = 1 / (1 + np.exp(-(x @ W(mw.gate_inp_shexp).T))) if mp.shexp_gated else 1.0
         a = silu(x @ W(mw.gate_shexp).T) * (x @ W(mw.up_shexp).T)
         out += gate * (a @ W(mw.down_shexp).T)
     return out, sel, w
 
 
-@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32", "mixtral-f32", "olmoe-f32"])
+@pytest.mark.parametrize("name", ["qwen2moe-f32", "qwen3moe-f32", "mixtral-f32", "olmoe-f32", "granitemoe-f32"])
 def test_moe_block_against_numpy(files, name):
     m, mw = _moe_layer(files, name)
     h = np.random.default_rng(4).standard_normal((40, m.n_embd)).astype(np.float32)
@@ -287,8 +288,11 @@ def test_hparams_read(files):
             mx.hparams.moe.norm_w, mx.weights.layers[0].w_gate) == ("llama", 4, 2, 64, True, None)
     ol = Model.from_gguf(files["olmoe-f32"])
     assert (ol.hparams.moe.n_expert_used, ol.hparams.moe.norm_w, ol.weights.layers[0].q_norm.shape) == (2, False, (64,))
+    gm = Model.from_gguf(files["granitemoe-f32"]).hparams
+    assert (gm.moe.n_ff_shexp, gm.moe.shexp_gated, gm.moe.norm_w, gm.residual_scale, gm.logit_scale) == \
+        (32, False, True, np.float32(0.6), np.float32(3.0))
     from ubatch.model.registry import SUPPORTED_ARCHS
-    assert {"gemma2", "qwen2moe", "qwen3moe", "olmoe"} <= set(SUPPORTED_ARCHS)
+    assert {"gemma2", "qwen2moe", "qwen3moe", "olmoe", "granitemoe"} <= set(SUPPORTED_ARCHS)
 
 
 F32 = gguf.GGUFValueType.FLOAT32
@@ -303,7 +307,11 @@ HOSTILE = [
     ("qwen2moe-q8_0", "qwen2moe.expert_feed_forward_length", [(0, U32), (64, U32), (2**31, U32)]),
     ("qwen2moe-q8_0", "qwen2moe.expert_shared_feed_forward_length", [(0, U32), (32, U32), (2**31, U32)]),
     ("qwen3moe-q8_0", "qwen3moe.expert_gating_func", [(2, U32)]),
-    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32)]),
+    ("qwen3moe-q8_0", "qwen3moe.swiglu_clamp_exp", [(7.0, F32), ("x", STR), (0.0, F32)]),
+    ("qwen3moe-q8_0", "qwen3moe.expert_group_count", [(2, U32), ("x", STR), (1, U32)]),
+    ("granitemoe-q8_0", "granitemoe.expert_shared_feed_forward_length", [(0, U32), (64, U32)]),
+    ("granitemoe-q8_0", "granitemoe.logit_scale", [(0.0, F32), (float("nan"), F32)]),
+    ("mixtral-q8_0", "llama.expert_count", [(0, U32), (3, U32), ("x", STR)]),
 ]
 
 

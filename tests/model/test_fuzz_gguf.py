@@ -1,4 +1,4 @@
-"""GGUF byte fuzzer (issue 20 item 3): small valid GGUF files written with the `gguf` package (a llama model with
+"""GGUF byte fuzzer: small valid GGUF files written with the `gguf` package (a llama model with
 F16 or Q8_0 tensors, a BPE vocabulary and a chat template; an SPM vocabulary without tensors) have their bytes
 mutated where the structure lives -- the header, the key/value section (key lengths, value types, array
 element types and counts, string lengths, values), the tensor infos (name lengths, n_dims, dims, types) and the

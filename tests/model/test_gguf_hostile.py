@@ -1,4 +1,4 @@
-"""Issue 20 items 2 and 3: hostile GGUF metadata is refused before it costs anything.
+"""Hostile GGUF metadata is refused before it costs anything.
 
 * an ARRAY[STRING] (or any array) whose count the file cannot hold: GGUFError / TokenizerError at once, nothing
   allocated (a sparse file, so the bytes are zeros that would otherwise parse as empty strings);

@@ -103,7 +103,7 @@ def test_f16_model_activations_emulated():
 
 @pytest.mark.parametrize("wtype", [mm.Q8_0, mm.Q4_K, mm.F16])
 def test_activation_formats_match_ubatch_quantisers(wtype):
-    """actquant's values (float64 numpy, written from the spec) equal the dequantised bytes of ubatch's C
+    """actquant's values (float64 numpy, written from docs/llama-cpp-behaviours.md) equal the dequantised bytes of ubatch's C
     quantiser on float32 rows, including ones with outliers and a zero block."""
     rng = np.random.default_rng(7)
     k = 512

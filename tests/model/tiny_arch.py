@@ -1,4 +1,4 @@
-"""Tiny random-weight GGUF models of the gemma2, qwen2moe, qwen3moe, llama-with-experts (Mixtral) and olmoe architectures, written with the `gguf`
+"""Tiny random-weight GGUF models of the gemma2, qwen2moe, qwen3moe, llama-with-experts (Mixtral), olmoe and granitemoe architectures, written with the `gguf`
 package from fixed seeds (tests never download a model for these archs).
 
     write(name, path) -> path     one model of SPECS (name = "<arch>-<type>", e.g. "qwen3moe-q8_0")
@@ -10,7 +10,7 @@ exercised: gemma2 alternates sliding (window 6) and global layers and has soft-c
 small enough that tanh bends the values; the MoE models have 8 experts (top-2 for qwen2moe with its shared
 expert, top-3 for qwen3moe with the routing weights normalised), qwen3moe has key_length 24 (n_head * 24 !=
 n_embd) and q/k norms; "mixtral" is GGUF arch llama with 4 experts of width n_ff, top-2; "olmoe" has whole-row q/k norms and 8 experts
-of width n_ff, top-2, not renormalised. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
+of width n_ff, top-2, not renormalised; "granitemoe" has granite's four multipliers and an ungated shared expert. Weight types: "f32" (every tensor f32: the graph compared without format rounding)
 and "q8_0" (matrices Q8_0 as llama-quantize leaves them, router / norms / shared-expert gate f32)."""
 from __future__ import annotations
 
@@ -30,16 +30,19 @@ VT = gguf.GGUFValueType
 Q = gguf.GGMLQuantizationType
 E, NH, NKV = 64, 4, 2
 
-ARCHS = ("gemma2", "qwen2moe", "qwen3moe", "mixtral", "olmoe")   # mixtral: GGUF arch "llama" with experts
+ARCHS = ("gemma2", "qwen2moe", "qwen3moe", "mixtral", "olmoe", "granitemoe")   # mixtral: GGUF arch "llama" with experts
 TYPES = ("f32", "q8_0")
 SPECS = {f"{a}-{t}": (a, t) for a in ARCHS for t in TYPES}
-SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303, "mixtral": 8807, "olmoe": 7707}
+SEEDS = {"gemma2": 2002, "qwen2moe": 2202, "qwen3moe": 3303, "mixtral": 8807, "olmoe": 7707, "granitemoe": 6606}
 GGUF_ARCH = {"mixtral": "llama"}
 
 GEMMA2 = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=4, n_ff=128, head_dim=16, n_swa=6, attn_softcap=3.0, final_softcap=12.0)
 QWEN2MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=16, n_expert=8, n_used=2, n_ff_exp=32, n_ff_shexp=64)
 QWEN3MOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=96, head_dim=24, n_expert=8, n_used=3, n_ff_exp=32)
 OLMOE = dict(n_embd=E, n_head=NH, n_head_kv=NH, n_layer=3, n_ff=64, head_dim=16, n_expert=8, n_used=2, n_ff_exp=64)
+GRANITEMOE = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=64, head_dim=16, n_expert=8, n_used=2,
+                  n_ff_exp=64, n_ff_shexp=32, logit_scale=3.0, residual_scale=0.6, embedding_scale=4.0,
+                  attention_scale=0.2)
 MIXTRAL = dict(n_embd=E, n_head=NH, n_head_kv=NKV, n_layer=3, n_ff=64, head_dim=16, n_expert=4, n_used=2, n_ff_exp=64)
 
 
@@ -64,7 +67,7 @@ def _base_kv(arch: str, c: dict) -> Dict[str, tuple]:
 def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], List[Tuple[str, tuple, str]]]:
     """(metadata, [(tensor name, numpy shape [outer..inner], role)]); role: "mat" (matrix, quantisable),
     "exp" (stacked expert matrices, quantisable), "f32" (kept f32: norms, biases, router, shared gate)."""
-    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE, "mixtral": MIXTRAL, "olmoe": OLMOE}[arch], **over)
+    c = dict({"gemma2": GEMMA2, "qwen2moe": QWEN2MOE, "qwen3moe": QWEN3MOE, "mixtral": MIXTRAL, "olmoe": OLMOE, "granitemoe": GRANITEMOE}[arch], **over)
     E, NH, NKV = c["n_embd"], c["n_head"], c["n_head_kv"]
     t: List[Tuple[str, tuple, str]] = [("token_embd.weight", (n_vocab, E), "mat"), ("output_norm.weight", (E,), "norm")]
     if arch == "gemma2":
@@ -85,8 +88,14 @@ def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], Lis
     ga = GGUF_ARCH.get(arch, arch)
     kv = _base_kv(ga, c)
     kv.update({f"{ga}.expert_count": (c["n_expert"], VT.UINT32), f"{ga}.expert_used_count": (c["n_used"], VT.UINT32)})
-    if arch not in ("mixtral", "olmoe"):   # experts of width n_ff (llama.cpp reads no expert_feed_forward_length)
+    if arch not in ("mixtral", "olmoe", "granitemoe"):   # else experts of width n_ff (no expert_feed_forward_length)
         kv[f"{ga}.expert_feed_forward_length"] = (c["n_ff_exp"], VT.UINT32)
+    if arch == "granitemoe":
+        kv.update({f"{ga}.expert_shared_feed_forward_length": (c["n_ff_shexp"], VT.UINT32),
+                   f"{ga}.logit_scale": (c["logit_scale"], VT.FLOAT32),
+                   f"{ga}.residual_scale": (c["residual_scale"], VT.FLOAT32),
+                   f"{ga}.embedding_scale": (c["embedding_scale"], VT.FLOAT32),
+                   f"{ga}.attention.scale": (c["attention_scale"], VT.FLOAT32)})
     if arch == "qwen2moe":
         kv[f"{arch}.expert_shared_feed_forward_length"] = (c["n_ff_shexp"], VT.UINT32)
     t.append(("output.weight", (n_vocab, E), "mat"))
@@ -106,10 +115,11 @@ def _tensors(arch: str, n_vocab: int, over: dict) -> Tuple[Dict[str, tuple], Lis
               (p + "ffn_gate_inp.weight", (X, E), "f32"),
               (p + "ffn_gate_exps.weight", (X, Fe, E), "exp"), (p + "ffn_up_exps.weight", (X, Fe, E), "exp"),
               (p + "ffn_down_exps.weight", (X, E, Fe), "exp")]
-        if arch == "qwen2moe":
+        if arch in ("qwen2moe", "granitemoe"):   # granitemoe's shared expert has no gate
             S = c["n_ff_shexp"]
-            t += [(p + "ffn_gate_inp_shexp.weight", (E,), "f32"), (p + "ffn_gate_shexp.weight", (S, E), "mat"),
-                  (p + "ffn_up_shexp.weight", (S, E), "mat"), (p + "ffn_down_shexp.weight", (E, S), "mat")]
+            t += [(p + "ffn_gate_inp_shexp.weight", (E,), "f32")] if arch == "qwen2moe" else []
+            t += [(p + "ffn_gate_shexp.weight", (S, E), "mat"), (p + "ffn_up_shexp.weight", (S, E), "mat"),
+                  (p + "ffn_down_shexp.weight", (E, S), "mat")]
     return kv, t
 
 

@@ -1,4 +1,4 @@
-"""ubatch on Ray (ubatch/ray/, issue 27): `build_app` with 2 replicas behind Ray Serve's proxy, a replica killed and
+"""ubatch on Ray (ubatch/ray/, docs/scale-out.md): `build_app` with 2 replicas behind Ray Serve's proxy, a replica killed and
 replaced, and a Ray Data job with LLMPredictor — against a single `ubatch serve` and ubatch.LLM.
 
 The Ray side runs in tests/scaleout/ray_driver.py inside a fresh network namespace whose only interface is `lo`

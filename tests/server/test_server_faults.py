@@ -76,7 +76,7 @@ def test_decode_failure_fails_only_its_request(srv):
         rest = [ex.submit(_post, srv.url, p) for p in good]
         status, body = bad.result()
         answers = [f.result() for f in rest]
-    assert status == 500 and body["error"]["code"] == "decode_failed" and "poisoned" not in body["error"]["message"]   # no internal text (issue 20)
+    assert status == 500 and body["error"]["code"] == "decode_failed" and "poisoned" not in body["error"]["message"]   # no internal text
     assert [a[0] for a in answers] == [200, 200, 200]
     assert [a[1]["choices"][0]["token_ids"] for a in answers] == expected
     assert _post(srv.url, [4, 4, 4])[0] == 200                      # the server goes on

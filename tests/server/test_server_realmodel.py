@@ -89,9 +89,9 @@ def test_chat_stream_and_non_stream(server, client):
     # the prompt went through Gemma's turn format (BOS, <start_of_turn>user ... <start_of_turn>model)
     import ubatch
     from ubatch.model import fetch
-    from ubatch.server.chat_templates import GEMMA
+    from ubatch.chat.resolve import GEMMA3_TEMPLATE
     tok = ubatch.Tokenizer.from_gguf(fetch.path(MODEL))
-    ids = tok.encode(tok.apply_chat_template(msgs, template=GEMMA), add_special=False, parse_special=True)
+    ids = tok.encode(tok.apply_chat_template(msgs, template=GEMMA3_TEMPLATE), add_special=False, parse_special=True)
     assert ids[0] == tok.bos and r.usage.prompt_tokens == len(ids)
 
 

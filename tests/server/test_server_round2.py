@@ -1,14 +1,15 @@
-"""Issue 20, the server items, over real HTTP on 127.0.0.1 (`ubatch serve` processes on a small GGUF model
+"""The server's hardening over real HTTP on 127.0.0.1 (`ubatch serve` processes on a small GGUF model
 with a BPE vocabulary and a ChatML template, written by tests/support/gguf_util.py):
 
-5. idle sockets do not lock the server out; a connection without a complete request head is closed after the
-   header timeout; a trickling body gets 408;
-6. only loopback Host names (DNS rebinding), no cross-site Origin, JSON endpoints only with application/json;
-   --allowed-hosts / --cors-origins open them (CORS headers, preflight);
-7. chat content is text: usage.prompt_tokens is that of the content tokenized as text (--chat-parse-special
-   restores the old count);
-8. NaN / Infinity sampling parameters -> 400 naming the field;
-10. a dead engine thread: requests fail fast with 503, /health says so (an in-process uvicorn on 127.0.0.1);
+* long stop strings cost what short ones cost;
+* idle sockets do not lock the server out; a connection without a complete request head is closed after the
+  header timeout; a trickling body gets 408;
+* only loopback Host names (DNS rebinding), no cross-site Origin, JSON endpoints only with application/json;
+  --allowed-hosts / --cors-origins open them (CORS headers, preflight);
+* chat content is text: usage.prompt_tokens is that of the content tokenized as text (--chat-parse-special
+  restores the old count);
+* NaN / Infinity sampling parameters -> 400 naming the field;
+* a dead engine thread: requests fail fast with 503, /health says so (an in-process uvicorn on 127.0.0.1);
 and error bodies never carry internal exception text."""
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
 
 
-# ---- item 1 -----------------------------------------------------------------------------------------------
+# ---- long stop strings ------------------------------------------------------------------------------------
 def test_long_stop_strings_over_http(server):
     # four 20,000-character stops that never match: the same completion as without them (the old matcher
     # spent ~10^10 character compares on these 64 tokens; the cost is counted in test_stop_matching.py)
@@ -81,7 +82,7 @@ def test_long_stop_strings_over_http(server):
     assert a["text"] == b["text"] and a["token_ids"] == b["token_ids"]
 
 
-# ---- item 5 -----------------------------------------------------------------------------------------------
+# ---- idle and trickling connections -----------------------------------------------------------------------
 def test_idle_sockets_do_not_lock_the_server_out(server):
     idle = [socket.create_connection(_addr(server)) for _ in range(200)]
     try:
@@ -142,7 +143,7 @@ def test_trickling_body_gets_408(server):
     assert b'"param":"body"' in got
 
 
-# ---- item 6 -----------------------------------------------------------------------------------------------
+# ---- Host, Origin, content type ---------------------------------------------------------------------------
 def _raw(server, head: bytes, body: bytes = b"") -> bytes:
     with socket.create_connection(_addr(server)) as s:
         s.sendall(head + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
@@ -199,7 +200,7 @@ def test_allowed_hosts_and_cors_origins(model_path):
         assert r.status_code == 403
 
 
-# ---- item 7 -----------------------------------------------------------------------------------------------
+# ---- chat content is text ---------------------------------------------------------------------------------
 def test_chat_content_is_text(server, model_path):
     tok = Tokenizer.from_gguf(model_path)
     msgs = [{"role": "user", "content": EVIL}]
@@ -223,7 +224,7 @@ def test_chat_parse_special_restores_the_old_way(model_path):
         assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == parsed
 
 
-# ---- item 8 -----------------------------------------------------------------------------------------------
+# ---- non-finite sampling parameters -----------------------------------------------------------------------
 @pytest.mark.parametrize("field,literal", [("repeat_penalty", "Infinity"), ("repeat_penalty", "NaN"),
                                            ("temperature", "NaN"), ("top_p", "NaN"), ("min_p", "-Infinity"),
                                            ("temperature", "Infinity")])
@@ -235,7 +236,7 @@ def test_non_finite_sampling_parameters_are_400(server, field, literal):
     assert r.json()["error"]["param"] == field
 
 
-# ---- item 10 and the error bodies ------------------------------------------------------------------------
+# ---- a dead engine thread and the error bodies -----------------------------------------------------------
 class Fatal(BaseException):
     """What no `except Exception` catches: the engine thread dies of it."""
 

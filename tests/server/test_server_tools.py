@@ -203,9 +203,8 @@ def test_tool_plan_answers():
     assert S.check(TOOLS, "auto").message("just text", "stop") == ({"role": "assistant", "content": "just text"},
                                                                    "stop")
     from ubatch.chat.tool_plan import check as plan_of
-    from ubatch.engine.byte_tokenizer import ByteTokenizer
     choice = {"type": "function", "function": {"name": "add"}}
-    constrained = S.check(TOOLS, choice, tokenizer=ByteTokenizer())   # the grammar engine is built in
+    constrained = S.check(TOOLS, choice)   # the grammar engine is built in
     assert constrained.constrained and constrained.sampling() == {
         "json_schema": TOOLS[1]["function"]["parameters"], "grammar_prefix": '{"'}
     forced = plan_of(TOOLS, choice, constrained=False)           # without it: the same opened call

@@ -1,4 +1,4 @@
-"""A stand-in for ubatch.engine.model_runner.ModelRunner (issue 4) that checks what the Context hands it and returns
+"""A stand-in for ubatch.engine.model_runner.ModelRunner that checks what the Context hands it and returns
 outputs that identify their token: logits row = one-hot of the token id (+ batch index in column 0 of
 embd), so the Context's output bookkeeping can be verified exactly. Installed as `ubatch.engine.model_runner` by the
 fixture in the tests that use it."""

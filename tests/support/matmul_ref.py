@@ -1,5 +1,5 @@
 """numpy references for the matmul kernel tests: random GGUF blocks of every type (with edge values),
-ggml-cpu's activation quantisation (x86 behaviour, real-models.md §2.2) and float64 dot products built on
+ggml-cpu's activation quantisation (x86 behaviour, docs/llama-cpp-behaviours.md §M2.2) and float64 dot products built on
 gguf.quants dequantisation."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Replays llama.cpp's recorded real-model decode scenarios (tests/data/realmodel/<tag>/decode) through
-ubatch.Context and compares with the agreement rules of issue 11 item 4 / issue 12 item 5:
+ubatch.Context and compares with the agreement rules of docs/models.md (Agreement with llama.cpp):
 
 * M = max(0.2, the largest top-1/top-2 margin at which llama.cpp's own configurations disagreed
   (summary.json greedy.max_margin_at_divergence), the largest change of a row's margin between two of

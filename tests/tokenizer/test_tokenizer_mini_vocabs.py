@@ -41,7 +41,7 @@ def test_mini_flags():
     assert spm.add_space_prefix and spm.add_bos and spm.bos == 1
     ids = spm.encode("Hello world")
     assert ids[0] == 1 and ids[1:] == spm.encode("Hello world", add_special=False)   # the prefix space, once
-    # llama_detokenize strips the first piece's space only when no BOS was removed (tokenizer.md 8.2)
+    # llama_detokenize strips the first piece's space only when no BOS was removed (docs/llama-cpp-behaviours.md §T8.2)
     assert spm.decode(ids, remove_special=True) == " Hello world"
     assert spm.decode(ids[1:]) == "Hello world"
     assert spm.decode(ids) == " Hello world"

@@ -1,8 +1,8 @@
 """A readable pure-Python reference of llama.cpp's batch allocator (`llama_batch_allocr`).
 
-It follows `llama-batch.md` step by step (section numbers in the comments): init (§3: V1-V3, F1-F4,
-S1-S3, C1-C3, Appendix A's content-type rule), split_simple (§4.2), split_equal (§4.3), split_seq
-(§4.4) and ubatch_add (§4.5). It is the second oracle for the tests and the baseline for the
+It follows `docs/llama-cpp-behaviours.md` part B step by step (section numbers in the comments): init (§B3: V1-V3, F1-F4,
+S1-S3, C1-C3, Appendix A's content-type rule), split_simple (§B4.2), split_equal (§B4.3), split_seq
+(§B4.4) and ubatch_add (§B4.5). It is the second oracle for the tests and the baseline for the
 benchmarks; it favours clarity over speed (plain Python lists and sets, one loop per rule).
 
 The project's deliberate differences from llama.cpp are implemented here exactly as in the C core:
@@ -123,7 +123,7 @@ class ReferenceAllocator:
         self._out_ids: List[int] = []
         self.warning: str = ""     # the warning of the last successful init ("" if none)
 
-    # ================================================================== init (§3)
+    # ================================================================== init (§B3)
     def init(self, batch: Batch, *, n_seq_max: int, n_vocab: Optional[int] = None, output_all: bool = False,
              memory: Any = None) -> None:
         """Validates and normalises `batch` (llama_batch_allocr::init), then split_reset().
@@ -174,7 +174,7 @@ class ReferenceAllocator:
 
         # Appendix A, step 1: every row must have the same content types as row 0.
         has_token, has_embd = self._content_types(batch, n)
-        if not has_token:   # embedding positions are read section by section (§3.6)
+        if not has_token:   # embedding positions are read section by section (§B3.6)
             if batch._pos is not None and batch.n_pos_per_embd != n_pos:
                 raise BatchError(f"embedding batch has {batch.n_pos_per_embd} position section(s) per row, "
                                  f"the allocator needs n_pos_per_embd = {n_pos}")
@@ -209,10 +209,10 @@ class ReferenceAllocator:
                     if s < 0 or s >= n_seq_max:
                         raise BatchError(f"invalid seq_id[{i}][{k}] = {s} >= {n_seq_max}")
 
-        # F3: positions, given or automatic (§3.3, compat path: only the primary seq advances)
+        # F3: positions, given or automatic (§B3.3, compat path: only the primary seq advances)
         pos = np.zeros((n_pos, n), dtype=np.int32)
         if batch._pos is not None:
-            if has_token:   # token batch: section 0 is broadcast to every section (§3.6)
+            if has_token:   # token batch: section 0 is broadcast to every section (§B3.6)
                 pos[:, :] = batch._pos[0, :n][None, :]
             else:
                 pos[:, :] = batch._pos[:, :n]
@@ -392,7 +392,7 @@ class ReferenceAllocator:
     def has_coupled(self) -> bool:
         return bool(self._state().coupled)
 
-    # ================================================================== splits (§4)
+    # ================================================================== splits (§B4)
     def split_all(self, strategy: str, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
                   strict: bool = True) -> List[RefUBatch]:
         """split_reset, then `strategy` ("simple", "equal", "seq") until nothing is left; on failure the
@@ -417,7 +417,7 @@ class ReferenceAllocator:
             raise
 
     def split_reset(self) -> None:
-        """§4.1: forget every emitted ubatch."""
+        """§B4.1: forget every emitted ubatch."""
         st = self._state("split_reset")
         self._used = [False] * st.n_tokens
         self._n_used = 0
@@ -438,7 +438,7 @@ class ReferenceAllocator:
         self._n_used -= 1
 
     def split_simple(self, n_ubatch: int) -> Optional[RefUBatch]:
-        """§4.2: the next run of up to n_ubatch unused tokens in batch order."""
+        """§B4.2: the next run of up to n_ubatch unused tokens in batch order."""
         n_ubatch = _check_count("n_ubatch", n_ubatch, 1)
         st = self._state()
         c = self._first_unused()
@@ -455,7 +455,7 @@ class ReferenceAllocator:
 
     def split_equal(self, n_ubatch: int, *, sequential: bool = False, n_keep_tail: int = 0,
                     strict: bool = True) -> Optional[RefUBatch]:
-        """§4.3: n_seqs disjoint sequence sets, the same number of tokens from each."""
+        """§B4.3: n_seqs disjoint sequence sets, the same number of tokens from each."""
         n_ubatch = _check_count("n_ubatch", n_ubatch, 1)
         st = self._state()
         if isinstance(n_keep_tail, (bool, np.bool_)) or not isinstance(n_keep_tail, (int, np.integer)):
@@ -537,7 +537,7 @@ class ReferenceAllocator:
         return self._ubatch_add(idxs, n_seqs=n, equal_seqs=True)
 
     def split_seq(self, n_ubatch: int) -> Optional[RefUBatch]:
-        """§4.4: one sequence path; the allowed set only shrinks (a shared prefix, then one branch)."""
+        """§B4.4: one sequence path; the allowed set only shrinks (a shared prefix, then one branch)."""
         n_ubatch = _check_count("n_ubatch", n_ubatch, 1)
         st = self._state()
         c = self._first_unused()
@@ -558,7 +558,7 @@ class ReferenceAllocator:
             cur = st.seq_sets[c]
         return self._ubatch_add(idxs, n_seqs=1, equal_seqs=True)
 
-    # ================================================================== ubatch_add (§4.5)
+    # ================================================================== ubatch_add (§B4.5)
     def _ubatch_add(self, idxs: Sequence[int], *, n_seqs: int, equal_seqs: bool) -> RefUBatch:
         st = self._st
         n = len(idxs)

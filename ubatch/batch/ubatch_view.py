@@ -31,7 +31,7 @@ def c_array(owner, cptr, shape: tuple, typestr: str) -> np.ndarray:
 
 
 class UBatch:
-    """One micro-batch. Attributes follow api.md; arrays are read-only views created on first access."""
+    """One micro-batch. Attributes: docs/api.md; arrays are read-only views created on first access."""
 
     __slots__ = ("_ptr", "_hdr", "_cache")
 

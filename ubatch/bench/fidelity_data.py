@@ -6,7 +6,7 @@
                             vectors' prompts are read from tests/data/realmodel)
 
 Prompts per model: the public real-model vectors' single-sequence prompts (single32's 32-token prompt, the 4
-greedy prompts, Gemma's 900-token long900 prompt), issue 28's chat prompt ("Say yes." in the model's chat
+greedy prompts, Gemma's 900-token long900 prompt), the chat prompt ("Say yes." in the model's chat
 format; for Qwen exactly the 11 tokens of the issue), and two long prompts (~1,300 tokens: prose and C code
 from this repository). llama.cpp: `llama_cpp.Llama(path, n_ctx=2048, n_threads=2, logits_all=True,
 type_k=type_v=F32 or F16)` (no flash attention, n_batch = n_ubatch = 512), `eval(tokens)`, the 64 largest
@@ -78,7 +78,7 @@ def _prompts(model: str, llm, repo: str) -> Dict[str, dict]:
                                       source="public vectors: decode/long900.json, its 900-token prompt")
     toks = ISSUE28_QWEN if model == "qwen2.5-0.5b" else \
         llm.tokenize(CHAT[model].encode(), add_bos=True, special=True)
-    out["issue28_chat"] = dict(tokens=list(toks), kind="short", source=f"issue 28's chat prompt {CHAT[model]!r}")
+    out["issue28_chat"] = dict(tokens=list(toks), kind="short", source=f"the chat prompt {CHAT[model]!r}")
     for name, rel in LONG_SOURCES.items():
         with open(os.path.join(repo, rel), encoding="utf-8") as f:
             text = f.read()

@@ -1,7 +1,7 @@
 """Real-model throughput beside llama.cpp: prefill of 512 tokens and continuous decode of B = 1, 4, 16, 32
 sequences (128-token prompts, 32 timed steps of one token per sequence), per-sequence and unified KV,
-n_threads 2, f32 K/V — the workloads and the "f32" preset of /work/shared/bench/realmodel_llama_cpp_decode.json
-(a copy ships in ubatch/bench/data/). llama.cpp is run in the same process through llama-cpp-python's
+n_threads 2, f32 K/V — the workloads and the "f32" preset of llama.cpp's recorded decode benchmark
+(ubatch/bench/data/realmodel_llama_cpp_decode.json, package data). llama.cpp is run in the same process through llama-cpp-python's
 low-level API when it is installed (--llama-cpp live, the default when importable), else its recorded figures
 are used. tokens/s = tokens processed / median wall time over --reps; ratio = ubatch / llama.cpp.
 
@@ -160,7 +160,7 @@ class LlamaCpp:
 
 def recorded(model_name: str) -> Optional[dict]:
     """llama.cpp's recorded f32-preset figures for a model: {'prefill': tok/s, (B, unified): tok/s}."""
-    path = REF_JSON if os.path.exists(REF_JSON) else "/work/shared/bench/realmodel_llama_cpp_decode.json"
+    path = REF_JSON
     if not os.path.exists(path):
         return None
     with open(path) as f:

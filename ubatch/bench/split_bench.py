@@ -6,7 +6,7 @@ median of many repetitions after warm-up, with a mock memory attached (as llama_
 once with a memory offering the bulk `_seq_pos_bounds` (the built-in caches' fast path), once with a plain
 Python object that only has seq_pos_min / seq_pos_max (asked only about the batch's sequences, as llama.cpp),
 and once with that plain memory and the whole split loop in one `split_all` call; optionally also for the
-pure-Python reference allocator (ubatch.batch.reference) when this build has it.
+pure-Python reference allocator (ubatch.batch.reference).
 
 llama.cpp's time: by default (--llama-cpp auto) its own llama_batch_allocr is timed live on this machine
 right after each sweep (ubatch/bench/llama_live.py: needs llama-cpp-python and g++), with the same mock
@@ -24,6 +24,7 @@ import numpy as np
 
 from ubatch.batch.allocator import BatchAllocator
 from ubatch.batch.container import Batch
+from ubatch.batch.reference import ReferenceAllocator
 from ubatch.bench.llama_data import LLAMA_CPP_TIMINGS, WORKLOADS
 
 
@@ -146,15 +147,6 @@ def time_plans(alloc, batch: Batch, w: dict, st: dict, mem, reps: int, warmup: i
     return statistics.median(samples), n_ub
 
 
-def reference_allocator_class():
-    """ubatch.batch.reference.ReferenceAllocator when this build has it, else None."""
-    try:
-        from ubatch.batch.reference import ReferenceAllocator
-    except ImportError:
-        return None
-    return ReferenceAllocator
-
-
 def expanded(only: Optional[List[str]] = None) -> List[dict]:
     """The workloads W1-W6 (or the ids in `only`) as concrete rows."""
     return [w for w in (expand(x, WORKLOADS["defaults"]) for x in WORKLOADS["workloads"])
@@ -165,7 +157,7 @@ def run(reps: int = 200, warmup: int = 20, ref_reps: int = 5, reference: bool = 
         only: Optional[List[str]] = None, progress=None) -> List[dict]:
     """One row per (workload, strategy) of W1-W6 (or the ids in `only`)."""
     llama_us = {(r["workload"], r["strategy"]): r for r in LLAMA_CPP_TIMINGS["table"]}
-    ref_cls = reference_allocator_class() if reference else None
+    ref_cls = ReferenceAllocator if reference else None
     cells = []
     for w in (expand(x, WORKLOADS["defaults"]) for x in WORKLOADS["workloads"]):
         if only and w["id"] not in only:
@@ -287,9 +279,6 @@ def main_args(args, progress=None) -> int:
     if args.reps < 1 or args.warmup < 0 or args.ref_reps < 1:
         raise SystemExit("--reps and --ref-reps must be >= 1, --warmup >= 0")
     reference = not args.no_reference
-    if reference and reference_allocator_class() is None:
-        print("note: the pure-Python reference allocator (ubatch.batch.reference) is not in this build; timing C only")
-        reference = False
     runs = max(1, getattr(args, "runs", 1))
     mode = getattr(args, "llama_cpp", "json")
     live_ok = False

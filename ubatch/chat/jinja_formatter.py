@@ -1,17 +1,18 @@
-"""Jinja2ChatFormatter: a chat template (a GGUF's tokenizer.chat_template, or any Jinja text) as a chat format,
+"""JinjaChatFormat: a chat template (a GGUF's tokenizer.chat_template, or any Jinja text) as a chat format,
 rendered as llama-cpp-python 0.3.36 renders it: in the chat environment (ubatch.chat.jinja) with messages,
 bos_token / eos_token, add_generation_prompt, functions / function_call / tools / tool_choice, raise_exception,
 strftime_now and any extra keyword; the eos text as stop string; the prompt counted as holding its BOS
-(added_special); a stop on the last token when stop_token_ids are given."""
+(added_special); a stop on the last token when stop_token_ids are given. llama-cpp-python's
+Jinja2ChatFormatter (ubatch.llama_cpp.llama_chat_format) is this class plus to_chat_handler()."""
 from __future__ import annotations
 
 from typing import Any, List, Optional
 
 from ubatch.chat import jinja
-from ubatch.chat.response import ChatFormatterResponse
+from ubatch.chat.response import ChatFormatterResponse, StoppingCriteriaList
 
 
-class Jinja2ChatFormatter:
+class JinjaChatFormat:
     IgnoreGenerationTags = jinja.GenerationTags
     tojson = staticmethod(jinja.tojson)
     strftime_now = staticmethod(jinja.strftime_now)
@@ -34,7 +35,6 @@ class Jinja2ChatFormatter:
                                           strftime_now=self.strftime_now, **kwargs)
         criteria = None
         if self.stop_token_ids is not None:
-            from ubatch.llama_cpp.llama import StoppingCriteriaList
             ids = self.stop_token_ids
 
             def stop_on_last_token(tokens, logits) -> bool:
@@ -43,7 +43,3 @@ class Jinja2ChatFormatter:
             criteria = StoppingCriteriaList([stop_on_last_token])
         return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token], stopping_criteria=criteria,
                                      added_special=True)
-
-    def to_chat_handler(self):
-        from ubatch.llama_cpp.llama_chat_format import chat_formatter_to_chat_completion_handler
-        return chat_formatter_to_chat_completion_handler(self)

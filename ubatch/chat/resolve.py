@@ -4,7 +4,7 @@
    "chat_template.<name>" for the GGUF's templates) or a Jinja `template` text (`--chat-template FILE`);
 2. the GGUF's `tokenizer.chat_template`: the registry format it is guessed to be (llama-cpp-python's
    guess_chat_format_from_gguf_metadata: the template is exactly chatml's, mistral-instruct's / mixtral's or
-   llama-3's), else the template itself ("chat_template.default", rendered by Jinja2ChatFormatter);
+   llama-3's), else the template itself ("chat_template.default", rendered by JinjaChatFormat);
 3. no template: the architecture's format where ubatch knows one (Gemma GGUFs: "gemma3", Gemma's turn format),
    else llama-cpp-python's fallback "llama-2".
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ubatch.chat.formats import FORMATTERS
-from ubatch.chat.jinja_formatter import Jinja2ChatFormatter
+from ubatch.chat.jinja_formatter import JinjaChatFormat
 from ubatch.chat.response import ChatFormatterResponse
 
 # Well-known templates (from the models' Hugging Face tokenizer_config.json), compared verbatim with a GGUF's
@@ -59,7 +59,7 @@ GEMMA3_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}")
 
-_GEMMA3 = Jinja2ChatFormatter(GEMMA3_TEMPLATE, eos_token="<end_of_turn>", bos_token="<bos>")
+_GEMMA3 = JinjaChatFormat(GEMMA3_TEMPLATE, eos_token="<end_of_turn>", bos_token="<bos>")
 
 
 def format_gemma3(messages, **kwargs: Any) -> ChatFormatterResponse:
@@ -123,13 +123,13 @@ def resolve(metadata: Mapping[str, Any], *, arch: Optional[str] = None, bos_toke
     """Steps 1-3. `bos_token` / `eos_token`: the texts of the vocabulary's BOS / EOS tokens (for Jinja
     templates); `eos_id`: the Jinja formatter's stop token. ValueError names an unknown chat_format."""
     if template is not None:
-        return ChatFormat("chat_template.custom", Jinja2ChatFormatter(template, eos_token=eos_token,
+        return ChatFormat("chat_template.custom", JinjaChatFormat(template, eos_token=eos_token,
                                                                       bos_token=bos_token))
     name = chat_format if chat_format is not None else default_chat_format(metadata, arch)
     templates = template_choices(metadata)
     if name in templates:
         stops = [eos_id] if eos_id is not None else None
-        return ChatFormat(name, Jinja2ChatFormatter(templates[name], eos_token=eos_token, bos_token=bos_token,
+        return ChatFormat(name, JinjaChatFormat(templates[name], eos_token=eos_token, bos_token=bos_token,
                                                     stop_token_ids=stops))
     if name in FORMATTERS:
         return ChatFormat(name, FORMATTERS[name])

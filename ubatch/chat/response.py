@@ -1,8 +1,16 @@
-"""ChatFormatterResponse: what a chat format gives for a conversation (llama-cpp-python's dataclass)."""
+"""ChatFormatterResponse: what a chat format gives for a conversation (llama-cpp-python's dataclass), and
+StoppingCriteriaList (llama-cpp-python's `llama_cpp.StoppingCriteriaList`, which a Jinja format's response holds)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, List, Optional, Union
+
+
+class StoppingCriteriaList(list):
+    """Stopping criteria (callables(input_ids, logits) -> bool): stop when any says so."""
+
+    def __call__(self, input_ids, logits) -> bool:
+        return any(c(input_ids, logits) for c in self)
 
 
 @dataclasses.dataclass

@@ -12,15 +12,6 @@ from ubatch.chat import tools as T
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def engine_constrains(tokenizer=None) -> bool:
-    """The engine samples under a JSON schema started by text already in the prompt (SamplingParams.json_schema
-    and .grammar_prefix: the grammar engine)."""
-    import dataclasses
-    from ubatch.engine.sampling import SamplingParams
-    names = {f.name for f in dataclasses.fields(SamplingParams)}
-    return "json_schema" in names and "grammar_prefix" in names
-
-
 class ToolPlan:
     """What a request's tools ask for: the tools (None: answer in text), the forced tool's name, the prompt
     suffix that opens the answer for the model, the names a call may use."""
@@ -35,6 +26,7 @@ class ToolPlan:
         self.names = T.tool_names(self.tools) if self.tools else []
         self.args_head = ""        # the start of a forced call's arguments written for the model
         self.constrained = self.forced is not None and constrained
+        self.calls_constrained = self.tools is not None and self.forced is None and constrained
         if self.forced is not None:
             schema = T.arguments_schema(self.tools, self.forced)
             if schema.get("type", "object") == "object":          # (small models write `5` or `a: 2` else)
@@ -58,6 +50,24 @@ class ToolPlan:
         if not self.constrained:
             return {}
         return {"json_schema": self.schema(), "grammar_prefix": self.args_head or None}
+
+    def calls_sampling(self) -> Dict[str, Any]:
+        """SamplingParams fields of "auto" / "required" (no forced tool): the calls under a grammar of the tools'
+        schemas (tools.calls_gbnf) — lazy for "auto" (free text until the model writes <tool_call>, the trigger
+        word llama.cpp's server uses for this format, or opens its answer with a bare {"name": "<a tool>" object;
+        then the rest of the answer is calls), from the opened
+        <tool_call> of the prompt for "required". {} without the grammar engine or when a schema has no GBNF
+        (the calls are then read unconstrained, as before)."""
+        if not self.calls_constrained:
+            return {}
+        try:
+            gbnf = T.calls_gbnf(self.tools, self.parallel)
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return {}
+        if self.required:
+            return {"grammar": gbnf, "grammar_prefix": self.prefix}
+        from ubatch.grammar.lazy import LazyGrammar
+        return {"grammar": LazyGrammar(gbnf, trigger_words=[T.OPEN], trigger_patterns=[T.bare_call_pattern(self.tools)])}
 
     def schema(self) -> Optional[Dict[str, Any]]:
         return T.arguments_schema(self.tools, self.forced) if self.forced is not None else None

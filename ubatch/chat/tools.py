@@ -124,6 +124,36 @@ def arguments_schema(tools: List[dict], name: str) -> Dict[str, Any]:
     raise KeyError(name)
 
 
+def calls_gbnf(tools: List[dict], parallel: bool = True) -> str:
+    """GBNF of the tool calls an answer may make: `<tool_call>`, white space, one
+    {"name": NAME, "arguments": ARGS} object with ARGS under that tool's parameters schema (llama-cpp-python's
+    converter), white space, `</tool_call>`; several such blocks when parallel; or one bare
+    call object (what `parse` also reads as a call). ValueError when a schema has no GBNF."""
+    import re
+    from ubatch.grammar.schema import json_schema_to_gbnf
+    alts = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                              "arguments": arguments_schema(tools, t["function"]["name"])},
+             "required": ["name", "arguments"]} for t in tools]
+    body = json_schema_to_gbnf(alts[0] if len(alts) == 1 else {"anyOf": alts})
+    body, n = re.subn(r"(?m)^root ::=", "tool-call-json ::=", body)
+    if n != 1:
+        raise ValueError("the tools' schemas gave no single root rule")
+    blocks = "tool-call-block (tool-call-ws tool-call-block)* tool-call-ws" if parallel else \
+        "tool-call-block tool-call-ws"
+    return (f"root ::= {blocks} | tool-call-json tool-call-ws\n"
+            f'tool-call-block ::= "<tool_call>" tool-call-ws tool-call-json tool-call-ws "</tool_call>"\n'
+            f"tool-call-ws ::= [ \\t\\n]*\n{body}")
+
+
+def bare_call_pattern(tools: List[dict]) -> bytes:
+    """A trigger pattern (full match, llama.cpp's PATTERN_FULL reading) for an answer that opens as a bare call
+    object naming a tool: white space, then `{"name": "NAME"` spaced as the grammar's JSON may be (its group:
+    where the grammar starts, so the grammar always takes what triggered it)."""
+    import re
+    names = "|".join(re.escape(n) for n in tool_names(tools))
+    return ('^\\s*(\\{ ?"name" ?: ?"(?:' + names + ')")[\\s\\S]*$').encode()
+
+
 def json_value_end(text: str) -> Optional[int]:
     """Where the first JSON value of `text` (after white space) ends, or None while it is incomplete or not
     JSON. Linear: strings, escapes and nesting are followed once."""

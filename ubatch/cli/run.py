@@ -77,8 +77,7 @@ def add_parser(sub) -> None:
 
 def _default_model() -> Tuple[str, Optional[str]]:
     """(model name, note): Gemma 3 270M when its package is installed and the model registry can load it."""
-    import ubatch.models as models
-    if importlib.util.find_spec(GEMMA_PACKAGE.replace("-", "_")) is not None and hasattr(models, "load"):
+    if importlib.util.find_spec(GEMMA_PACKAGE.replace("-", "_")) is not None:
         return "gemma3-270m", None
     return "tiny-llama", f"note: running the embedded tiny random model; for real text from Gemma 3 270M: {GET_REAL}"
 

@@ -13,11 +13,8 @@ import numpy as np
 from ubatch._ffi import ffi, lib
 from ubatch.compute.backends import active_backend, backends, set_backend  # noqa: F401  (ubatch.compute.kernels.backends() ...)
 
-ROPE_NORM = 0
-ROPE_NEOX = 2
-ROPE_MROPE = 8
-_ROPE_MODES = {ROPE_NORM: "NORM", ROPE_NEOX: "NEOX", ROPE_MROPE: "MROPE"}
-_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
+from ubatch.common.params import KV_DT_CODES as _DTYPES, ROPE_MODES as _ROPE_MODES
+from ubatch.common.params import ROPE_MROPE, ROPE_NEOX, ROPE_NORM  # noqa: F401  (kernels.ROPE_*: the modes rope() takes)
 
 
 class RopeExt:

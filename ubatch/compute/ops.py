@@ -17,9 +17,9 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import KV_DT_CODES
 from ubatch.compute.kernels import default_threads
 
-_KV_DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1}
 
 
 def _arr(a, name: str, dtype, ndim=None) -> np.ndarray:
@@ -153,7 +153,7 @@ def attention_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_stream: n
     Returns float32[n_q, n_head, hd_v]; a row with no visible cell gets zeros."""
     _arr(q, "q", np.float32, 3)
     for name, a in (("k", k), ("v", v)):
-        if not isinstance(a, np.ndarray) or a.dtype not in _KV_DTYPES:
+        if not isinstance(a, np.ndarray) or a.dtype not in KV_DT_CODES:
             raise ValueError(f"{name} must be a float32 or float16 numpy array")
         _arr(a, name, a.dtype, 4)
     _arr(row_stream, "row_stream", np.int32, 1)
@@ -188,8 +188,8 @@ def attention_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_stream: n
     if n_q == 0:
         return out
     nt = _threads(n_threads)
-    rc = lib.ub_attention_vis(_fb(q, "float[]"), _fb(k, "uint8_t[]"), _KV_DTYPES[k.dtype], _fb(v, "uint8_t[]"),
-                              _KV_DTYPES[v.dtype], _fb(row_stream, "int32_t[]"), _fb(off, "int32_t[]"),
+    rc = lib.ub_attention_vis(_fb(q, "float[]"), _fb(k, "uint8_t[]"), KV_DT_CODES[k.dtype], _fb(v, "uint8_t[]"),
+                              KV_DT_CODES[v.dtype], _fb(row_stream, "int32_t[]"), _fb(off, "int32_t[]"),
                               _fb(cells, "int32_t[]") if cells.size else ffi.new("int32_t[1]"),
                               _fb(out, "float[]"), n_q, n_head, n_head_kv, hd_k, hd_v, n_stream, kv_size,
                               float(scale), float(softcap), nt)

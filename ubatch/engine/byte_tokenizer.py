@@ -8,7 +8,7 @@ from typing import Iterable, List, Sequence, Union
 
 
 class ByteTokenizer:
-    """The subset of ubatch.Tokenizer's API the engine uses (api.md § Tokenizer)."""
+    """The subset of ubatch.Tokenizer's API the engine uses (docs/api.md)."""
 
     n_vocab = 256
     bos = eos = eot = -1

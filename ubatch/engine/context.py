@@ -95,7 +95,7 @@ _KV_ELEM = {"f32": 4, "f16": 2}
 
 
 class Context:
-    """The decode loop. See the module docstring and api.md."""
+    """The decode loop. See the module docstring and docs/api.md."""
 
     def __init__(self, model=None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_seq_max: int = 1, kv_unified: bool = False, embeddings: bool = False, pooling: str = "none",
@@ -189,7 +189,7 @@ class Context:
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
         if model is not None:
-            from ubatch.engine.model_runner import ModelRunner   # issue 4; only needed with a model
+            from ubatch.engine.model_runner import ModelRunner   # only needed with a model
 
             extra = {}
             if n_swa > 0 and _accepts(ModelRunner.__init__, "kv_size_swa"):

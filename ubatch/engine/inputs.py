@@ -84,6 +84,8 @@ def grammar_of(params: SamplingParams, tokenizer, cache: Dict[tuple, object]):
     cache[key] = hit
     while len(cache) > 16:
         cache.pop(next(iter(cache)))
+    if hasattr(g, "trigger_words"):         # a LazyGrammar: free until its trigger (ubatch/grammar/lazy.py)
+        return g.bind(hit)
     return hit
 
 

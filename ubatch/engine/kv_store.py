@@ -10,24 +10,24 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi
+from ubatch.common.params import KV_DTYPES
 from ubatch.compute import kernels
 
-KV_TYPES = {"f32": np.float32, "f16": np.float16}
 
 
 class KVStore:
     def __init__(self, layers: Sequence[int], *, n_stream: int, kv_size: int, n_head_kv: int, head_dim: int,
                  type_k: str = "f32", type_v: str = "f32") -> None:
         for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in KV_TYPES:
+            if t not in KV_DTYPES:
                 raise ValueError(f"{name}={t!r} is not supported (use 'f32' or 'f16')")
         if int(n_stream) < 1 or int(kv_size) < 1:
             raise ValueError(f"n_stream={n_stream} and kv_size={kv_size} must be >= 1")
         self.layers = [int(l) for l in layers]
         self.n_stream, self.kv_size = int(n_stream), int(kv_size)
         shape = (self.n_stream, self.kv_size, int(n_head_kv), int(head_dim))
-        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_k]) for l in self.layers}
-        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_TYPES[type_v]) for l in self.layers}
+        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_DTYPES[type_k]) for l in self.layers}
+        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_DTYPES[type_v]) for l in self.layers}
         self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
         self._ptrs: Dict[Tuple[int, str], object] = {}
 
@@ -113,4 +113,4 @@ class KVStore:
         self.pos[sidx, cells] = pos
 
 
-__all__ = ["KVStore", "KV_TYPES"]
+__all__ = ["KVStore"]

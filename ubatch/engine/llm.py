@@ -1,4 +1,4 @@
-"""ubatch.LLM (api.md § LLM): many prompts in, completions out, through LLMEngine's continuous batching."""
+"""ubatch.LLM (docs/api.md): many prompts in, completions out, through LLMEngine's continuous batching."""
 from __future__ import annotations
 
 import os
@@ -32,16 +32,7 @@ def load_model(model):
     if not isinstance(model, (str, os.PathLike)):
         return model
     from ubatch import models
-    load = getattr(models, "load", None)
-    if load is not None:
-        return load(os.fspath(model))
-    name = os.fspath(model)
-    if name == "tiny-llama":
-        return models.tiny_llama()
-    if not os.path.isfile(name):
-        raise ValueError(f"model {name!r}: not a known model name and no such file")
-    from ubatch.model.model import Model
-    return Model.from_gguf(name)
+    return models.load(os.fspath(model))
 
 
 def _is_one_token_prompt(p) -> bool:
@@ -50,7 +41,7 @@ def _is_one_token_prompt(p) -> bool:
 
 
 class LLM:
-    """Generation with continuous batching (api.md § LLM). Keyword arguments of generate / stream / chat:
+    """Generation with continuous batching (docs/api.md). Keyword arguments of generate / stream / chat:
     max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, n (SamplingParams).
     enable_prefix_caching (default True): reuse the K/V of earlier prompts' shared prefixes (bitwise the same
     outputs); prefix_cache_max_cells bounds the cells the cache may hold (None: the KV cache, evicted on demand).
@@ -181,9 +172,9 @@ class LLM:
         fmt = self.chat_format(chat_format, template)
         if sampling.get("n", 1) != 1:
             raise ValueError(f"chat gives one completion: n must be 1, got {sampling['n']}")
-        from ubatch.chat.tool_plan import check, engine_constrains
+        from ubatch.chat.tool_plan import check
         from ubatch.tokenizer.chat_encode import chat_prompt_ids
-        plan = check(tools, tool_choice, constrained=engine_constrains(tok))
+        plan = check(tools, tool_choice, constrained=True)    # the grammar engine constrains a forced call
         if plan.active:
             fmt = plan.chat_format(fmt)
             if plan.forced is not None:                   # one call asked for: it ends at its </tool_call>
@@ -191,6 +182,8 @@ class LLM:
                 stop = sampling.get("stop")
                 sampling["stop"] = ([stop] if isinstance(stop, str) else list(stop or [])) + [CLOSE]
                 sampling.update(plan.sampling())          # its arguments under the tool's JSON schema
+            elif sampling.get("grammar") is None and sampling.get("json_schema") is None:
+                sampling.update(plan.calls_sampling())    # "auto" / "required": calls under the tools' schemas
         c = self.generate([chat_prompt_ids(tok, fmt, messages, parse_special=parse_special)], **sampling)[0]
         if plan.active:
             msg, c.finish_reason = plan.message(c.text, c.finish_reason)

@@ -23,12 +23,11 @@ import numpy as np
 
 from ubatch._ffi import ffi, lib
 from ubatch.compute import kernels
+from ubatch.common.params import KV_DTYPES, POOLING
 from ubatch.compute import ops as cops
-from ubatch.engine.kv_store import KV_TYPES, KVStore
+from ubatch.engine.kv_store import KVStore
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model import ops
-
-POOLINGS = ("none", "mean", "cls", "last")
 
 
 class _Where:
@@ -174,10 +173,10 @@ class ModelRunner:
         if not isinstance(model, Model):
             raise TypeError(f"model must be a ubatch.Model, got {type(model).__name__}")
         for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in KV_TYPES:
+            if t not in KV_DTYPES:
                 raise ValueError(f"{name}={t!r} is not supported (use 'f32' or 'f16')")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling={pooling!r} is not one of {POOLINGS}")
+        if pooling not in POOLING:
+            raise ValueError(f"pooling={pooling!r} is not one of {POOLING}")
         if int(n_stream) < 1 or int(kv_size) < 1:
             raise ValueError(f"n_stream={n_stream} and kv_size={kv_size} must be >= 1")
         if n_threads is not None and int(n_threads) < 1:

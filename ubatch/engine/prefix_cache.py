@@ -1,4 +1,4 @@
-"""PrefixCache: automatic prefix caching across requests for LLMEngine (issue 23).
+"""PrefixCache: automatic prefix caching across requests for LLMEngine (docs/engine.md, Prefix caching).
 
 The K/V of finished sequences is kept, and a new request takes the longest prefix of its prompt that some
 sequence (finished or running) already holds, then computes only the rest. Because ubatch's K/V rows do not depend

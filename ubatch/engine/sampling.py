@@ -45,7 +45,7 @@ def _integer(name: str, v, lo: int, hi: int = 2**31 - 1) -> int:
 
 @dataclass
 class SamplingParams:
-    """How one request is completed (INTERFACES.md § engine). Validated by `validated()` (ValueError naming the
+    """How one request is completed (docs/engine.md). Validated by `validated()` (ValueError naming the
     field); top_k <= 0 keeps the whole vocabulary, top_p >= 1 and min_p <= 0 disable those cuts."""
 
     max_tokens: Optional[int] = 128         # None or <= 0: until the sequence's context is full

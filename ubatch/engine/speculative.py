@@ -33,7 +33,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch.llama_cpp.llama_speculative import prompt_lookup_ngram
+from ubatch.engine.ngram import prompt_lookup_ngram
 
 DEFAULT_DRAFT_MAX = 16
 DEFAULT_NGRAM = 8

@@ -9,6 +9,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 
 
 class GrammarError(ValueError):
@@ -113,13 +114,13 @@ class Grammar:
         self.text = src.decode("utf-8", "replace")
         self.root = root
         self.vocab = vocab
-        err = ffi.new("char[]", 512)
+        err = ffi.new("char[]", ERR_LEN)
         pos = ffi.new("int64_t *")
         tok = getattr(vocab.tokenizer, "_h", None) if vocab is not None else None
         tok = tok if isinstance(tok, ffi.CData) else ffi.NULL
         flags = lib.UB_GRAMMAR_SYNTAX_ONLY if syntax_only else 0
         h = lib.ub_grammar_new(src, len(src), root.encode("utf-8"), tok, vocab._h if vocab else ffi.NULL,
-                               flags, err, 512, pos)
+                               flags, err, ERR_LEN, pos)
         if h == ffi.NULL:
             raise GrammarError(ffi.string(err).decode("utf-8", "replace"), int(pos[0]), self.text)
         self._h = ffi.gc(h, lib.ub_grammar_free)

@@ -12,7 +12,7 @@ from typing import Dict
 import numpy as np
 
 from ubatch.common.errors import BatchError, KVCacheFullError, SplitError, UbatchError
-from ubatch.llama_cpp import _log
+from ubatch.llama_cpp import _llama_log
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._handles import REGISTRY, HandleError
 from ubatch.llama_cpp._structs import llama_batch, llama_pos, llama_seq_id, llama_token, llama_token_p
@@ -188,7 +188,7 @@ def decode(ctx_handle, b, fn: str = "llama_decode") -> int:
     try:
         cctx = REGISTRY.get(ctx_handle, "context")
     except HandleError as e:
-        _log.error(f"{fn}: {e}")
+        _llama_log.error(f"{fn}: {e}")
         return -1
     t0 = time.perf_counter()
     try:
@@ -197,26 +197,26 @@ def decode(ctx_handle, b, fn: str = "llama_decode") -> int:
             return 2
         cctx.ctx.decode(batch)
     except BatchError as e:
-        _log.error(f"init: {e}")
-        _log.error("decode: failed to initialize batch")
-        _log.error(f"{fn}: failed to decode, ret = -1")
+        _llama_log.error(f"init: {e}")
+        _llama_log.error("decode: failed to initialize batch")
+        _llama_log.error(f"{fn}: failed to decode, ret = -1")
         return -1
     except (KVCacheFullError, SplitError) as e:
-        _log.warn(f"decode: failed to find a memory slot for batch of size {int(b.n_tokens)} ({e})")
-        _log.warn(f"{fn}: failed to decode, ret = 1")
+        _llama_log.warn(f"decode: failed to find a memory slot for batch of size {int(b.n_tokens)} ({e})")
+        _llama_log.warn(f"{fn}: failed to decode, ret = 1")
         return 1
     except UbatchError as e:
-        _log.error(f"{fn}: failed to decode, ret = {e.code} ({e})")
+        _llama_log.error(f"{fn}: failed to decode, ret = {e.code} ({e})")
         return int(e.code)
     except (ValueError, TypeError, IndexError, OverflowError) as e:
-        _log.error(f"init: {e}")
-        _log.error(f"{fn}: failed to decode, ret = -1")
+        _llama_log.error(f"init: {e}")
+        _llama_log.error(f"{fn}: failed to decode, ret = -1")
         return -1
     except MemoryError as e:
-        _log.error(f"{fn}: failed to allocate ({e}), ret = -2")
+        _llama_log.error(f"{fn}: failed to allocate ({e}), ret = -2")
         return -2
     except Exception as e:   # an internal failure is a compute failure, never an exception out of decode
-        _log.error(f"{fn}: compute failed ({type(e).__name__}: {e}), ret = -3")
+        _llama_log.error(f"{fn}: compute failed ({type(e).__name__}: {e}), ret = -3")
         return -3
     cctx.outputs_changed()
     cctx.count(batch.n_tokens, time.perf_counter() - t0)

@@ -1,4 +1,4 @@
-"""Prefix reuse for `Llama.set_cache(LlamaRAMCache() / LlamaDiskCache())` on a single-sequence Llama (issue 23).
+"""Prefix reuse for `Llama.set_cache(LlamaRAMCache() / LlamaDiskCache())` on a single-sequence Llama (docs/compat.md).
 
 Each state the completion path saves into the cache also leaves its K/V in the Llama's own KV cache under a
 holder sequence id (HOLDER_IDS: the top 64 of the KV cache's 256, never in a batch of a single-sequence Llama; its cells shared with seq 0 by `seq_cp`, nothing copied),

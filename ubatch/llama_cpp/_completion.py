@@ -103,7 +103,7 @@ def fim_tokens(llm, prompt, suffix: str) -> List[int]:
     return bos_tokens + middle + [mid] + eos_tokens
 
 
-class TextState:
+class CompletionText:
     """The completion text as tokens arrive: EOG and stop strings end it; an incomplete UTF-8 tail waits."""
 
     def __init__(self, llm, prep: Prepared, max_tokens: int) -> None:
@@ -158,7 +158,7 @@ def final(prep: Prepared, choices: List[Dict[str, Any]], n_completion: int) -> D
                       "total_tokens": len(prep.tokens) + n_completion}}
 
 
-def logprobs_block(llm, prep: Prepared, st: TextState, echo: bool, scores: np.ndarray,
+def logprobs_block(llm, prep: Prepared, st: CompletionText, echo: bool, scores: np.ndarray,
                    rows: Optional[np.ndarray] = None) -> Dict[str, Any]:
     """llama-cpp-python's non-stream logprobs: one entry per (prompt when echo +) completion token. rows (the
     batched path, echo off): the logits each completion token was sampled from, instead of the context's scores."""
@@ -259,7 +259,7 @@ class CompletionRun:
         if llm.cache:
             self._cache_lookup()
         llm.set_seed(prep.seed)
-        st = TextState(llm, prep, prep.max_tokens)
+        st = CompletionText(llm, prep, prep.max_tokens)
         returned = 0
         done = False
         for token in llm.generate(prep.tokens, **self.sampling):
@@ -302,7 +302,7 @@ class CompletionRun:
             lp = logprobs_block(llm, prep, st, self.echo, llm._scores)
         yield final(prep, [{"text": text, "index": 0, "logprobs": lp, "finish_reason": st.finish}], len(st.tokens))
 
-    def _stream_ready(self, st: TextState, returned: int):
+    def _stream_ready(self, st: CompletionText, returned: int):
         """The chunks that can go out now: whole UTF-8 characters, not a possible start of a stop string."""
         llm, prep = self.llm, self.prep
         rem = st.tokens[returned:]
@@ -335,7 +335,7 @@ class CompletionRun:
             out.append(chunk(prep, ts, None))
         return out, returned
 
-    def _stream_logprobs(self, st: TextState, returned: int, rem: List[int], limit: int, cut: bool = False):
+    def _stream_logprobs(self, st: CompletionText, returned: int, rem: List[int], limit: int, cut: bool = False):
         """Chunks of one token each with its logprobs entry, while the text stays within limit bytes (cut: the
         token crossing the limit goes out with its text cut there, and ends the stream)."""
         llm, prep = self.llm, self.prep

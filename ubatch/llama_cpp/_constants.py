@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Dict
 
+from ubatch._ffi import lib
+from ubatch.common.params import LLAMA_TOKEN_NULL  # noqa: F401  (llama.h's, defined once)
+
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
-LLAMA_TOKEN_NULL = -1
 LLAMA_MAX_DEVICES = 16
-LLAMA_MAX_SEQ = 256
+LLAMA_MAX_SEQ = lib.UB_MAX_SEQ          # the width of ubatch's sequence sets is llama.h's LLAMA_MAX_SEQ
 LLAMA_FILE_MAGIC_GGLA = 0x67676C61
 LLAMA_FILE_MAGIC_GGSN = 0x6767736E
 LLAMA_FILE_MAGIC_GGSQ = 0x67677371

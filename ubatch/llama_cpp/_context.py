@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ubatch.llama_cpp import _log
+from ubatch.llama_cpp import _llama_log
 from ubatch.llama_cpp._constants import KV_TYPE_NAMES, LLAMA_MAX_SEQ, POOLING_NAMES
 from ubatch.llama_cpp._handles import REGISTRY
 
@@ -54,7 +54,7 @@ class CContext:
                                   n_threads=self.n_threads_batch, causal_attn=causal,
                                   flash_attn=int(params.flash_attn_type), swa_full=bool(params.swa_full))
         for w in self.ctx.warnings:
-            _log.warn(f"llama_context: {w}")
+            _llama_log.warn(f"llama_context: {w}")
         self.embeddings = bool(params.embeddings)
         self.no_perf = bool(params.no_perf)
         self._keep: List[np.ndarray] = []       # outputs handed out as pointers, valid until the next decode
@@ -172,5 +172,5 @@ def create(model, params) -> Optional[CContext]:
     try:
         return CContext(model, params)
     except (ContextParamError, NotImplementedError, ValueError, TypeError, MemoryError) as e:
-        _log.error(f"llama_init_from_model: failed to initialize the context: {e}")
+        _llama_log.error(f"llama_init_from_model: failed to initialize the context: {e}")
         return None

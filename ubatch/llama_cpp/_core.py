@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from ubatch.llama_cpp import _log
+from ubatch.llama_cpp import _llama_log
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._constants import (LLAMA_MAX_DEVICES, LLAMA_MAX_SEQ, LLAMA_ROPE_TYPE_NEOX,
                                          LLAMA_ROPE_TYPE_NORM)
@@ -30,7 +30,7 @@ def _obj(h, kind: str, fn: str):
     try:
         return REGISTRY.get(h, kind)
     except HandleError as e:
-        _log.error(f"{fn}: {e}")
+        _llama_log.error(f"{fn}: {e}")
         return None
 
 
@@ -66,11 +66,11 @@ def llama_print_system_info():
 
 @cfunc([ggml_log_callback, _vp])
 def llama_log_set(log_callback, user_data):
-    _log.set_callback(log_callback if log_callback else None, user_data)
+    _llama_log.set_callback(log_callback if log_callback else None, user_data)
 
 
 def llama_log_get(log_callback=None, user_data=None):
-    return _log.get_callback()
+    return _llama_log.get_callback()
 
 
 @cfunc([], ctypes.c_int64)
@@ -143,7 +143,7 @@ def llama_context_default_params():
 def llama_model_load_from_file(path_model, params):
     from ubatch.llama_cpp import _model
     if path_model is None:
-        _log.error("llama_model_load_from_file: path_model is NULL")
+        _llama_log.error("llama_model_load_from_file: path_model is NULL")
         return None
     m = _model.load(os.fsdecode(path_model), params)
     return None if m is None else m.handle
@@ -373,7 +373,7 @@ def _rows(c: CContext, what: str):
             return np.ascontiguousarray(c.logits_rows(), dtype=np.float32)
         return np.ascontiguousarray(c.ctx.get_embeddings(), dtype=np.float32)
     except Exception as e:      # no decode yet / planning-only context / wrong mode
-        _log.error(f"llama_get_{what}: {e}")
+        _llama_log.error(f"llama_get_{what}: {e}")
         return None
 
 
@@ -392,7 +392,7 @@ def llama_get_logits_ith(ctx, i):
     try:
         row = np.ascontiguousarray(c.logits_ith(i), dtype=np.float32)
     except Exception as e:
-        _log.error(f"llama_get_logits_ith: {e}")
+        _llama_log.error(f"llama_get_logits_ith: {e}")
         return _NULL_F()
     return _pointer(c, row)
 
@@ -412,7 +412,7 @@ def llama_get_embeddings_ith(ctx, i):
     try:
         row = np.ascontiguousarray(c.ctx.get_embeddings_ith(i), dtype=np.float32)
     except Exception as e:
-        _log.error(f"llama_get_embeddings_ith: {e}")
+        _llama_log.error(f"llama_get_embeddings_ith: {e}")
         return _NULL_F()
     return _pointer(c, row)
 
@@ -452,7 +452,7 @@ def _mem(mem, fn: str):
 def _valid_seq(c: CContext, s: int, fn: str, allow_all: bool) -> bool:
     if (allow_all and s < 0) or 0 <= s < c.ctx.n_seq_max:
         return True
-    _log.error(f"{fn}: invalid seq_id {s} (n_seq_max = {c.ctx.n_seq_max}); llama.cpp aborts here, nothing done")
+    _llama_log.error(f"{fn}: invalid seq_id {s} (n_seq_max = {c.ctx.n_seq_max}); llama.cpp aborts here, nothing done")
     return False
 
 
@@ -473,7 +473,7 @@ def llama_memory_seq_rm(mem, seq_id, p0, p1):
     try:
         return bool(c.kv.seq_rm(max(seq_id, -1), p0, p1))
     except ValueError as e:
-        _log.error(f"llama_memory_seq_rm: {e}")
+        _llama_log.error(f"llama_memory_seq_rm: {e}")
         return False
 
 
@@ -487,7 +487,7 @@ def llama_memory_seq_cp(mem, seq_id_src, seq_id_dst, p0, p1):
         try:
             c.kv.seq_cp(seq_id_src, seq_id_dst, p0, p1)
         except ValueError as e:
-            _log.error(f"llama_memory_seq_cp: {e}")
+            _llama_log.error(f"llama_memory_seq_cp: {e}")
 
 
 @cfunc([_vp, _i32])
@@ -505,7 +505,7 @@ def llama_memory_seq_add(mem, seq_id, p0, p1, delta):
     try:
         c.kv.seq_add(seq_id, p0, p1, delta)
     except ValueError as e:
-        _log.error(f"llama_memory_seq_add: {e}")
+        _llama_log.error(f"llama_memory_seq_add: {e}")
 
 
 @cfunc([_vp, _i32, _i32, _i32, ctypes.c_int])
@@ -516,7 +516,7 @@ def llama_memory_seq_div(mem, seq_id, p0, p1, d):
     try:
         c.kv.seq_div(seq_id, p0, p1, d)
     except ValueError as e:
-        _log.error(f"llama_memory_seq_div: {e}")
+        _llama_log.error(f"llama_memory_seq_div: {e}")
 
 
 @cfunc([_vp, _i32], _i32)
@@ -558,7 +558,7 @@ def llama_perf_context_print(ctx):
     if c is None:
         return
     d = llama_perf_context(ctx)
-    _log.log(_log.GGML_LOG_LEVEL_INFO,
+    _llama_log.log(_llama_log.GGML_LOG_LEVEL_INFO,
              f"llama_perf_context_print: prompt eval time = {d.t_p_eval_ms:10.2f} ms / {d.n_p_eval:5d} tokens\n"
              f"llama_perf_context_print:        eval time = {d.t_eval_ms:10.2f} ms / {d.n_eval:5d} runs")
 

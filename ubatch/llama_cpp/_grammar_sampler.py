@@ -8,13 +8,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence, Tuple
 
+from ubatch.grammar.lazy import trigger_words_pattern as _trigger_words_pattern  # noqa: F401  (_sampling's)
 from ubatch.llama_cpp import _samplers as S
-
-
-def _trigger_words_pattern(words: Sequence[bytes]) -> bytes:
-    """llama.cpp's pattern for trigger words: [\\s\\S]*?(w1|w2|...)[\\s\\S]* with regex specials escaped."""
-    esc = [re.sub(rb"[.^$|()*+?\[\]{}\\]", lambda m: b"\\" + m.group(0), w) for w in words]
-    return b"[\\s\\S]*?(" + b"|".join(esc) + b")[\\s\\S]*"
 
 
 class GrammarSampler(S.Sampler):

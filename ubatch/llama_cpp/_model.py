@@ -8,7 +8,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ubatch.llama_cpp import _log
+from ubatch.llama_cpp import _llama_log
 from ubatch.llama_cpp._handles import REGISTRY
 
 
@@ -44,7 +44,7 @@ def _load_tokenizer(path: str, raw: Dict[str, object]):
     if raw.get("tokenizer.ggml.model") in (None, "no_vocab", "none") or "tokenizer.ggml.tokens" not in raw:
         return None
     try:
-        from ubatch.tokenizer import Tokenizer  # the tokenizer branch (api.md § Tokenizer)
+        from ubatch.tokenizer import Tokenizer  # the tokenizer branch (docs/api.md)
     except ImportError:
         Tokenizer = None
     if Tokenizer is None:
@@ -109,10 +109,10 @@ def load(path: str, params) -> Optional[CModel]:
     try:
         return CModel(path, params)
     except FileNotFoundError as e:
-        _log.error(f"llama_model_load: error loading model: {e}")
+        _llama_log.error(f"llama_model_load: error loading model: {e}")
     except NotImplementedError as e:
-        _log.error(f"llama_model_load: error loading model: {e}")
+        _llama_log.error(f"llama_model_load: error loading model: {e}")
     except (ValueError, OSError, KeyError, TypeError) as e:
-        _log.error(f"llama_model_load: error loading model: {e}")
-    _log.error("llama_model_load_from_file_impl: failed to load model")
+        _llama_log.error(f"llama_model_load: error loading model: {e}")
+    _llama_log.error("llama_model_load_from_file_impl: failed to load model")
     return None

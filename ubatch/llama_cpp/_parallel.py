@@ -3,7 +3,7 @@ from several threads on a `Llama(..., n_seq_max=N)` are decoded together by one 
 LLMEngine on the Llama's own context (continuous batching over its N sequences, unified KV cache, the engine's
 prefix cache). Each prompt is one engine request whose completions are sampled and stopped by a driver
 (ubatch.engine.sequence.Driver): each choice has its own llama.cpp sampler chain (Llama._init_sampler, seed =
-the request's seed + choice index, the call's logits processors) and llama-cpp-python's stop rules (TextState),
+the request's seed + choice index, the call's logits processors) and llama-cpp-python's stop rules (CompletionText),
 so a request's tokens are those it gets alone: ubatch's logits do not depend on what else is in the batch.
 n > 1 decodes the prompt once and forks it (seq_cp) into the other choices' sequences."""
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 
 from ubatch.engine.llm_engine import LLMEngine, SamplingParams
 from ubatch.llama_cpp import llama_cpp as L
-from ubatch.llama_cpp._completion import Prepared, TextState, final
-from ubatch.llama_cpp._sampling import sample_row
+from ubatch.llama_cpp._completion import CompletionText, Prepared, final
+from ubatch.llama_cpp._sampler_api import sample_row
 
 _SAMPLING_KEYS = ("top_k", "top_p", "min_p", "typical_p", "temperature", "repeat_penalty", "frequency_penalty",
                   "presence_penalty", "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta")
@@ -28,7 +28,7 @@ _SAMPLING_KEYS = ("top_k", "top_p", "min_p", "typical_p", "temperature", "repeat
 class _Choice:
     def __init__(self, group: "_Group", k: int) -> None:
         self.group, self.k = group, k
-        self.state = TextState(group.llm, group.prep, group.prep.max_tokens)
+        self.state = CompletionText(group.llm, group.prep, group.prep.max_tokens)
         s = group.sampling
         self.sampler = group.llm._init_sampler(
             top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"], typical_p=s["typical_p"], temp=s["temperature"],

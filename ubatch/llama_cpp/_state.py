@@ -280,7 +280,7 @@ def seq_set_state(c, buf, dest: int) -> int:
     _check_seq(c, dest, "dest_seq_id")
     saved = _parse_seq(c, buf)
     mem, runner = c.kv, c.ctx._runner
-    with mem._lock:
+    with mem.lock:
         kv_before = [kv.snapshot() for kv in _caches(c)]
         data_before = runner.snapshot_kv() if runner is not None else None
         try:

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ubatch.llama_cpp import _log, _state
+from ubatch.llama_cpp import _llama_log, _state
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._core import _obj
 
@@ -110,10 +110,10 @@ def llama_state_get_data(ctx, dst, size):
         return 0
     data = _state.get_state(c)
     if len(data) > size:
-        _log.error(f"llama_state_get_data: error: the state needs {len(data)} bytes, the buffer holds {size}")
+        _llama_log.error(f"llama_state_get_data: error: the state needs {len(data)} bytes, the buffer holds {size}")
         return 0
     if dst is None:
-        _log.error("llama_state_get_data: error: dst is NULL")
+        _llama_log.error("llama_state_get_data: error: dst is NULL")
         return 0
     _write_bytes(dst, data)
     return len(data)
@@ -127,7 +127,7 @@ def llama_state_set_data(ctx, src, size):
     try:
         return _state.set_state(c, _read_bytes(src, size))
     except (_state.StateError, ValueError, TypeError) as e:
-        _log.error(f"llama_state_set_data: error loading state: {e}")
+        _llama_log.error(f"llama_state_set_data: error loading state: {e}")
         return 0
 
 
@@ -143,7 +143,7 @@ def llama_state_save_file(ctx, path_session, tokens, n_token_count):
             f.write(SESSION_MAGIC + struct.pack("<II", SESSION_VERSION, toks.size) + toks.tobytes() + data)
         return True
     except (OSError, ValueError, TypeError) as e:
-        _log.error(f"llama_state_save_file: failed to save session file: {e}")
+        _llama_log.error(f"llama_state_save_file: failed to save session file: {e}")
         return False
 
 
@@ -170,7 +170,7 @@ def llama_state_load_file(ctx, path_session, tokens_out, n_token_capacity, n_tok
     try:
         toks, data = read_session(_path(path_session))
         if toks.size > n_token_capacity:
-            _log.error(f"llama_state_load_file: token count in session file exceeded capacity! "
+            _llama_log.error(f"llama_state_load_file: token count in session file exceeded capacity! "
                        f"{toks.size} > {n_token_capacity}")
             return False
         _state.set_state(c, data)
@@ -178,14 +178,14 @@ def llama_state_load_file(ctx, path_session, tokens_out, n_token_capacity, n_tok
         _set_out(n_token_count_out, int(toks.size))
         return True
     except (OSError, ValueError, TypeError) as e:
-        _log.error(f"llama_state_load_file: failed to load session file: {e}")
+        _llama_log.error(f"llama_state_load_file: failed to load session file: {e}")
         return False
 
 
 # ------------------------------------------------------------------ one sequence
 def _seq_flags_ok(flags: int, fn: str) -> bool:
     if flags & 1:
-        _log.error(f"{fn}: LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the sliding-window / recurrent part alone) is not "
+        _llama_log.error(f"{fn}: LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (the sliding-window / recurrent part alone) is not "
                    f"supported by ubatch.llama_cpp")
         return False
     return True                            # LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: the data is in host memory anyway
@@ -198,7 +198,7 @@ def _seq_get(ctx, seq_id, fn):
     try:
         return _state.seq_get_state(c, seq_id)
     except _state.StateError as e:
-        _log.error(f"{fn}: {e}")
+        _llama_log.error(f"{fn}: {e}")
         return None
 
 
@@ -210,7 +210,7 @@ def _seq_set(ctx, data, dest_seq_id, fn) -> int:
     try:
         return _state.seq_set_state(c, data, dest_seq_id)
     except (_state.StateError, KVCacheFullError, MemoryError, ValueError) as e:
-        _log.error(f"{fn}: error loading sequence state: {e}")
+        _llama_log.error(f"{fn}: error loading sequence state: {e}")
         return 0
 
 
@@ -230,7 +230,7 @@ def llama_state_seq_get_data_ext(ctx, dst, size, seq_id, flags):
     if data is None:
         return 0
     if len(data) > size or dst is None:
-        _log.error(f"llama_state_seq_get_data: error: the sequence state needs {len(data)} bytes, the buffer "
+        _llama_log.error(f"llama_state_seq_get_data: error: the sequence state needs {len(data)} bytes, the buffer "
                    f"holds {size}")
         return 0
     _write_bytes(dst, data)
@@ -244,7 +244,7 @@ def llama_state_seq_set_data_ext(ctx, src, size, dest_seq_id, flags):
     try:
         data = _read_bytes(src, size)
     except (ValueError, TypeError) as e:
-        _log.error(f"llama_state_seq_set_data: {e}")
+        _llama_log.error(f"llama_state_seq_set_data: {e}")
         return 0
     return _seq_set(ctx, data, dest_seq_id, "llama_state_seq_set_data")
 
@@ -276,7 +276,7 @@ def llama_state_seq_save_file(ctx, filepath, seq_id, tokens, n_token_count):
             f.write(blob)
         return len(blob)
     except (OSError, ValueError, TypeError) as e:
-        _log.error(f"llama_state_seq_save_file: {e}")
+        _llama_log.error(f"llama_state_seq_save_file: {e}")
         return 0
 
 
@@ -285,10 +285,10 @@ def llama_state_seq_load_file(ctx, filepath, dest_seq_id, tokens_out, n_token_ca
     try:
         toks, data = read_session(_path(filepath), SEQ_FILE_MAGIC)
     except (OSError, ValueError, TypeError) as e:
-        _log.error(f"llama_state_seq_load_file: {e}")
+        _llama_log.error(f"llama_state_seq_load_file: {e}")
         return 0
     if toks.size > n_token_capacity:
-        _log.error(f"llama_state_seq_load_file: token count in sequence state file exceeded capacity! "
+        _llama_log.error(f"llama_state_seq_load_file: token count in sequence state file exceeded capacity! "
                    f"{toks.size} > {n_token_capacity}")
         return 0
     n = _seq_set(ctx, data, dest_seq_id, "llama_state_seq_load_file")
@@ -298,7 +298,7 @@ def llama_state_seq_load_file(ctx, filepath, dest_seq_id, tokens_out, n_token_ca
         _tokens_out(tokens_out, toks)
         _set_out(n_token_count_out, int(toks.size))
     except (TypeError, ValueError) as e:
-        _log.error(f"llama_state_seq_load_file: {e}")
+        _llama_log.error(f"llama_state_seq_load_file: {e}")
         return 0
     return 12 + 4 * toks.size + n
 

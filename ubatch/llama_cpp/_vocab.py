@@ -9,7 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.llama_cpp import _log
+from ubatch.llama_cpp import _llama_log
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._constants import (LLAMA_TOKEN_ATTR_BYTE, LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_NORMAL,
                                          LLAMA_TOKEN_ATTR_UNDEFINED, LLAMA_TOKEN_ATTR_UNKNOWN,
@@ -72,7 +72,7 @@ class CVocab:
     def check(self, token: int, fn: str) -> bool:
         if 0 <= token < self.n_tokens:
             return True
-        _log.error(f"{fn}: invalid token id {token} (n_tokens = {self.n_tokens})")
+        _llama_log.error(f"{fn}: invalid token id {token} (n_tokens = {self.n_tokens})")
         return False
 
     def text(self, token: int) -> bytes:
@@ -134,7 +134,7 @@ def get(vocab) -> Optional[CVocab]:
     try:
         return REGISTRY.get(vocab, "vocab")
     except HandleError as e:
-        _log.error(f"llama_vocab: {e}")
+        _llama_log.error(f"llama_vocab: {e}")
         return None
 
 
@@ -144,16 +144,16 @@ def tokenize_into(v: CVocab, text: bytes, text_len: int, dst_addr: int, n_max: i
     if text_len < 0:
         # llama.cpp builds std::string(text, text_len): a negative length is a failed tokenization (the C library
         # throws std::length_error); here it is llama_tokenize's failure code, INT32_MIN, with a log line
-        _log.error(f"llama_tokenize: text_len = {text_len} < 0")
+        _llama_log.error(f"llama_tokenize: text_len = {text_len} < 0")
         return -2**31
     text = text[:text_len]
     try:
         ids = v.encode(text, add_special, parse_special)
     except NotImplementedError as e:
-        _log.error(f"llama_tokenize: {e}")
+        _llama_log.error(f"llama_tokenize: {e}")
         return 0
     except (ValueError, TypeError) as e:
-        _log.error(f"llama_tokenize: {e}")
+        _llama_log.error(f"llama_tokenize: {e}")
         return -2**31
     n = len(ids)
     if n > n_max:
@@ -217,7 +217,7 @@ def llama_detokenize(vocab, tokens, n_tokens, text, text_len_max, remove_special
         if n_tokens else []
     bad = [t for t in ids if not (0 <= t < v.n_tokens)]
     if bad:
-        _log.error(f"llama_detokenize: invalid token id {bad[0]}")
+        _llama_log.error(f"llama_detokenize: invalid token id {bad[0]}")
         return 0
     out = v.detok(ids, remove_special, unparse_special)
     if len(out) > text_len_max:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ubatch.chat.response import StoppingCriteriaList  # noqa: F401  (llama_cpp.llama's name)
 from ubatch.llama_cpp import _internals as internals
 from ubatch.llama_cpp import _state
 from ubatch.llama_cpp import llama_cpp
@@ -42,11 +43,6 @@ class LogitsProcessorList(list):
         for p in self:
             scores = p(input_ids, scores)
         return scores
-
-
-class StoppingCriteriaList(list):
-    def __call__(self, input_ids, logits) -> bool:
-        return any(c(input_ids, logits) for c in self)
 
 
 class MinTokensLogitsProcessor:

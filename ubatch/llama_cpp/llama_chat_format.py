@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from ubatch.chat import formats as _formats
-from ubatch.chat.jinja_formatter import Jinja2ChatFormatter
+from ubatch.chat.jinja_formatter import JinjaChatFormat
 from ubatch.chat.resolve import (CHATML_BOS_TOKEN, CHATML_CHAT_TEMPLATE, CHATML_EOS_TOKEN,  # noqa: F401
                                  LLAMA3_INSTRUCT_CHAT_TEMPLATE, MISTRAL_INSTRUCT_BOS_TOKEN,
                                  MISTRAL_INSTRUCT_CHAT_TEMPLATE, MISTRAL_INSTRUCT_EOS_TOKEN,
@@ -142,6 +142,14 @@ def legacy_to_tools(functions, function_call, tools, tool_choice):
             tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
     return tools, tool_choice
 
+
+class Jinja2ChatFormatter(JinjaChatFormat):
+    """llama-cpp-python's Jinja2ChatFormatter(template, eos_token, bos_token, add_generation_prompt=True,
+    stop_token_ids=None): the chat template rendered as ubatch.chat.jinja_formatter.JinjaChatFormat renders it,
+    and to_chat_handler()."""
+
+    def to_chat_handler(self) -> Callable:
+        return chat_formatter_to_chat_completion_handler(self)
 
 def chat_formatter_to_chat_completion_handler(chat_formatter) -> Callable:
     """A completion handler rendering with `chat_formatter`: the format's stop strings added to the request's,

@@ -17,7 +17,7 @@ from ubatch.llama_cpp._structs import *  # noqa: F401,F403
 from ubatch.llama_cpp._core import *  # noqa: F401,F403
 from ubatch.llama_cpp._vocab import *  # noqa: F401,F403
 from ubatch.llama_cpp._batch import *  # noqa: F401,F403
-from ubatch.llama_cpp._sampling import *  # noqa: F401,F403
+from ubatch.llama_cpp._sampler_api import *  # noqa: F401,F403
 from ubatch.llama_cpp._deprecated import *  # noqa: F401,F403
 from ubatch.llama_cpp._missing import *  # noqa: F401,F403
 from ubatch.llama_cpp._state_api import *  # noqa: F401,F403

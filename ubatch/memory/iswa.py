@@ -2,7 +2,7 @@
 behind the memory protocol (protocol.py).
 
 A full cache (`base`, no window) serves the global layers, a sliding cache (`swa`, window n_swa) the others.
-Sizes as llama.cpp (real-models.md §4.2): size_swa = pad256(min(size, n_swa * (n_seq_max if unified else 1)
+Sizes as llama.cpp (docs/llama-cpp-behaviours.md §M4.2): size_swa = pad256(min(size, n_swa * (n_seq_max if unified else 1)
 + n_ubatch)), or size itself with swa_full (the default of llama_context_default_params).
 
 * one plan for both: the split the pair needs (unified: split_simple, falling back to split_equal when a
@@ -301,7 +301,8 @@ class KVCacheISWA:
 
     @_locked
     def init_batch(self, alloc, n_ubatch: int, embd_all: bool = False, *, whole_seqs: bool = False) -> MemoryPlan:
-        """One plan for both caches (docs/memory.md), after the rewind check of the batch's sequences."""
+        """One plan for both caches (docs/llama-cpp-behaviours.md §M4.3), after the rewind check of the batch's
+        sequences."""
         if self.closed:
             raise UbatchError("the KV cache is closed")
         self._plans = None

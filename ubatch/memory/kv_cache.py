@@ -90,6 +90,8 @@ class KVCache:
         self.swa_type = swa_type
         self.n_swa = n_swa if swa_type != "none" else 0
         self._i32 = ffi.new("int32_t *")
+        self._vis_out = ffi.new("int32_t **")      # ub_kv_visible's outputs (block, cell count)
+        self._vis_n = ffi.new("int64_t *")
         self._plan: list = []
 
     # ------------------------------------------------------------------ lifetime / errors
@@ -395,9 +397,15 @@ class KVCache:
         """True when `plan` is this cache's current plan (from its last prepare, nothing changed since)."""
         return bool(plan.memory is self and self._plan and self._plan is plan.ubatches)
 
-    def _own(self, plan: MemoryPlan) -> None:
+    def _own(self, plan: MemoryPlan, i: Optional[int] = None):
+        """Checks that plan is current (CallOrderError) and, given i, returns its ubatch i (IndexError)."""
         if not self.owns(plan):
             raise CallOrderError("this plan is not the KV cache's current plan (call init_batch again)")
+        if i is None:
+            return None
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < len(plan.ubatches):
+            raise IndexError(f"ubatch {i!r} is not in the plan (0..{len(plan.ubatches) - 1})")
+        return plan.ubatches[int(i)]
 
     @_locked
     def begin(self, plan: MemoryPlan) -> MemoryUpdate:
@@ -415,16 +423,17 @@ class KVCache:
     @_locked
     def apply(self, plan: MemoryPlan, i: int) -> None:
         """apply_ubatch of the plan's ubatch i (inside begin ... commit / rollback)."""
-        self._own(plan)
-        self._check(lib.ub_kv_apply(self._handle(), i, plan.ubatches[i]._ptr))
+        ub = self._own(plan, i)
+        self._check(lib.ub_kv_apply(self._handle(), i, ub._ptr))
 
     @_locked
     def placement(self, plan: MemoryPlan, i: int, causal: bool = True, swa: bool = True) -> Placement:
         """Where the plan's ubatch i went and its rows' visible cells (call right after apply(plan, i)).
         `swa` is the two-cache memory's option; a single cache has no sliding placement (.swa stays None)."""
+        ub = self._own(plan, i)
         strm, cells = self._slot(i)
-        n_kv = self.n_kv(plan, i)
-        return Placement(strm, cells, n_kv, visible=self.visible(plan, i, causal, n_kv=n_kv))
+        n_kv = lib.ub_kv_n_kv(self._h, i)
+        return Placement(strm, cells, n_kv, visible=self._visible(i, ub, causal, n_kv, -1, 0))
 
     @_locked
     def visible(self, plan: MemoryPlan, i: int, causal: bool = True, *, n_kv: Optional[int] = None,
@@ -432,8 +441,7 @@ class KVCache:
         """The rows' visible-cell lists of the plan's ubatch i in the current state, written by one C call
         from the cells' positions and sequence sets (the KQ mask's rule: the row's primary sequence,
         causal, and this cache's sliding window, or the window swa_type / n_swa when given)."""
-        self._own(plan)
-        ub = plan.ubatches[i]
+        ub = self._own(plan, i)
         n_kv = self.n_kv(plan, i) if n_kv is None else _int("n_kv", n_kv, 1, self._size)
         if swa_type is None:
             wt, nw = -1, 0
@@ -441,19 +449,24 @@ class KVCache:
             wt, nw = SWA_TYPES[swa_type], _int("n_swa", n_swa, 0)
         else:
             raise ValueError(f"swa_type must be one of {sorted(SWA_TYPES)}, got {swa_type!r}")
-        out = ffi.new("int32_t **")
-        total = ffi.new("int64_t *")
+        return self._visible(i, ub, causal, n_kv, wt, nw)
+
+    def _visible(self, i: int, ub, causal: bool, n_kv: int, wt: int, nw: int) -> VisibleCells:
+        """ub_kv_visible of plan slot i: the lists in one C-allocated block, viewed without a copy (freed
+        with the last array viewing it). The caller holds the lock and checked the plan."""
+        out, total = self._vis_out, self._vis_n
         self._check(lib.ub_kv_visible(self._handle(), i, ub._ptr, 1 if causal else 0, n_kv, wt, nw, out, total))
         n, t = int(ub.n_tokens), int(total[0])
-        blk = ffi.gc(out[0], lib.ub_kv_vis_free)                 # freed with the last array viewing it
+        blk = ffi.gc(out[0], lib.ub_kv_vis_free)
         flat = np.frombuffer(ffi.buffer(blk, 4 * (2 * n + 1 + t)), np.int32)
+        flat.flags.writeable = False
         return VisibleCells(flat[:n], flat[n:2 * n + 1], flat[2 * n + 1:])
 
     @_locked
     def mask(self, plan: MemoryPlan, i: int, causal: bool = True, out: Optional[np.ndarray] = None) -> np.ndarray:
         """float32[ns, per, n_kv] KQ mask of the plan's ubatch i in the current state (one C call): 0 where
         a row may attend a cell, -inf elsewhere. An inspection helper (the decode uses `visible`)."""
-        self._own(plan)
+        ub = self._own(plan, i)
         h = self._handle()
         ns, per = lib.ub_kv_plan_ns(h, i), lib.ub_kv_plan_per(h, i)
         n_kv = self.n_kv(plan, i)
@@ -461,14 +474,14 @@ class KVCache:
             out = np.empty((ns, per, n_kv), np.float32)
         elif out.shape != (ns, per, n_kv) or out.dtype != np.float32 or not out.flags.c_contiguous:
             raise ValueError(f"mask buffer must be C-contiguous float32{(ns, per, n_kv)}")
-        self._check(lib.ub_kv_mask(h, i, plan.ubatches[i]._ptr, 1 if causal else 0, ffi.from_buffer("float[]", out),
+        self._check(lib.ub_kv_mask(h, i, ub._ptr, 1 if causal else 0, ffi.from_buffer("float[]", out),
                                    n_kv))
         return out
 
     @_locked
     def n_kv(self, plan: MemoryPlan, i: int) -> int:
         """llama.cpp's n_kv of the plan's ubatch i in the current state."""
-        self._own(plan)
+        self._own(plan, i)
         n = lib.ub_kv_n_kv(self._handle(), i)
         if n < 0:
             raise CallOrderError(f"no planned slot {i}")

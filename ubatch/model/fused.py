@@ -18,9 +18,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
-from ubatch.model.hparams import ROPE_NEOX, ROPE_NORM
+from ubatch.common.params import ERR_LEN, ROPE_NEOX, ROPE_NORM
 
-_ERR_LEN = 256
 _enabled: Optional[bool] = None
 
 
@@ -65,7 +64,7 @@ def _hp_key(model) -> tuple:
             hp.rope_freq_base, hp.rope_freq_scale, getattr(hp, "rope_freq_base_swa", None),
             hp.rope_freq_scale_swa, hp.attn_logit_softcap, id(hp.moe), id(model.weights), hp.rope_ext_factor,
             hp.rope_attn_factor, hp.n_ctx_orig_yarn, hp.residual_scale,
-            tuple(hp.uses_rope(i) for i in range(hp.n_layer)))
+            hp.no_rope_layer_step, hp.rope_pattern)
 
 
 def _build(model, n_ctx: int) -> Tuple[List[object], list]:
@@ -151,7 +150,7 @@ def _check(x: np.ndarray, pos: np.ndarray, keep: Optional[np.ndarray], n_embd: i
 
 def _call(layer, kv, xb, n: int, pb, n_pos: int, kb, n_keep: int, n_threads: int, err) -> None:
     """ub_layer_forward on checked buffers; raises with the C side's message."""
-    rc = lib.ub_layer_forward(layer, kv, xb, n, pb, n_pos, kb, n_keep, n_threads, err, _ERR_LEN)
+    rc = lib.ub_layer_forward(layer, kv, xb, n, pb, n_pos, kb, n_keep, n_threads, err, ERR_LEN)
     if rc == lib.UB_E_NOMEM:
         raise MemoryError("fused layer: out of memory")
     if rc != lib.UB_OK:
@@ -170,7 +169,7 @@ def layer_forward(layer, kv, x: np.ndarray, pos: np.ndarray, keep: Optional[np.n
     Raises ValueError with the C side's message naming the culprit, MemoryError."""
     _check(x, pos, keep, layer.n_embd)
     _call(layer, kv, ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("int32_t[]", pos), pos.shape[0],
-          _keep_ptr(keep), 0 if keep is None else keep.size, int(n_threads), ffi.new("char[]", _ERR_LEN))
+          _keep_ptr(keep), 0 if keep is None else keep.size, int(n_threads), ffi.new("char[]", ERR_LEN))
 
 
 def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -183,7 +182,7 @@ def forward(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarray:
     pos = step.pos
     _check(x, pos, keep32, Ls[0].n_embd)
     xb, pb, kb = ffi.from_buffer("float[]", x), ffi.from_buffer("int32_t[]", pos), _keep_ptr(keep32)
-    err = ffi.new("char[]", _ERR_LEN)
+    err = ffi.new("char[]", ERR_LEN)
     n, n_pos, nt, last = x.shape[0], pos.shape[0], int(step.n_threads), len(Ls) - 1
     for il, L in enumerate(Ls):
         try:

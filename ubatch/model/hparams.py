@@ -1,4 +1,4 @@
-"""Hyperparameters read from GGUF metadata with llama.cpp's defaults (real-models.md §1.1-1.3).
+"""Hyperparameters read from GGUF metadata with llama.cpp's defaults (docs/llama-cpp-behaviours.md §M1.1-M1.3).
 
 `read_hparams(f, arch)` returns an HParams; the architecture module supplies what differs (rope type, the
 epsilon key being required, gemma3's sliding window and attention scale). A missing required key raises
@@ -11,10 +11,9 @@ from typing import Any, Tuple
 
 import numpy as np
 
+from ubatch.common.params import ROPE_NEOX, ROPE_NORM  # hparams.rope_type is one of these
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 
-ROPE_NORM = 0   # LLAMA_ROPE_TYPE_NORM: adjacent pairs (llama)
-ROPE_NEOX = 2   # LLAMA_ROPE_TYPE_NEOX: i with i + n_rot/2 (qwen2, gemma3)
 ROPE_SCALINGS = ("none", "linear", "yarn", "longrope")
 
 
@@ -70,7 +69,7 @@ class HParams:
         return self.has_rope(il) and not (step and (il + 1) % step == 0)
 
     def rope_params(self, il: int) -> Tuple[float, float]:
-        """(freq_base, freq_scale) of layer il (real-models.md §1.3)."""
+        """(freq_base, freq_scale) of layer il (docs/llama-cpp-behaviours.md §M1.3)."""
         if self.n_swa > 0 and self.is_swa(il):
             return self.rope_freq_base_swa, self.rope_freq_scale_swa
         return self.rope_freq_base, self.rope_freq_scale

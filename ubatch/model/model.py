@@ -22,7 +22,7 @@ METADATA_ARRAY_MAX = 16   # arrays in m.metadata are cut to their first 16 entri
 
 
 class Model:
-    """A loaded model. Public attributes (api.md): arch, n_vocab, n_embd, n_layer, n_head, n_head_kv,
+    """A loaded model. Public attributes (docs/api.md): arch, n_vocab, n_embd, n_layer, n_head, n_head_kv,
     n_ctx_train, n_swa, swa_layers, weight_bytes, path, metadata, tokenizer; also head_dim, n_ff, n_rot,
     rope_type, rope_base, rope_freq_scale, rms_eps, hparams, weights."""
 
@@ -48,6 +48,11 @@ class Model:
         check_hparams(f, hp)
         src = TensorSource(f)
         w = mod.load_weights(src, hp)
+        unused = [n for n in f.tensors if n not in src.used]
+        if unused:   # llama.cpp refuses such a file too ("wrong number of tensors"): a piece ubatch would ignore
+            more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+            raise GGUFError(f"{f.path}: tensor '{unused[0]}'{more} not used by architecture {arch!r}: "
+                            f"not supported")
         return cls(f, hp, w, mod)
 
     # ---- hyperparameters ----------------------------------------------------------------------------

@@ -21,10 +21,10 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.weights import TensorSource, Weight
 
-_ERR_LEN = 256
 MAX_EXPERTS = 1024        # LLAMA_MAX_EXPERTS (and MOE_MAX_EXPERTS in moe.c)
 
 
@@ -35,6 +35,8 @@ class MoEParams:
     n_ff_exp: int
     n_ff_shexp: int = 0           # 0: no shared expert
     norm_w: bool = False          # the selected weights divided by their sum (qwen3moe)
+    shexp_gated: bool = True      # the shared expert scaled by sigmoid(x . ffn_gate_inp_shexp) (qwen2moe); False:
+                                  # added as it is (granitemoe)
     w_scale: float = 0.0          # 0 / 1: none (llama.cpp reads no scale for qwen2moe / qwen3moe)
     gating: str = "softmax"
 
@@ -67,10 +69,12 @@ def has_experts(f: GGUFFile, arch: str) -> bool:
     return v is not None and not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) == 0)
 
 
-def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None) -> MoEParams:
+def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[int] = None,
+             shared_default: Optional[int] = None, shexp_gated: bool = True) -> MoEParams:
     """The MoE hyperparameters of arch hp.arch (llama.cpp: expert_count, expert_used_count,
     expert_feed_forward_length default n_ff / n_used — or ff_exp when the arch fixes it (llama / Mixtral:
-    n_ff) —, expert_shared_feed_forward_length default n_ff)."""
+    n_ff) —, expert_shared_feed_forward_length default n_ff (or shared_default: granitemoe 0, no shared
+    expert))."""
     a, md = hp.arch, f.metadata
     from ubatch.model.hparams import _int
     n_expert = _int(f, f"{a}.expert_count", md.get(f"{a}.expert_count", 0), 0)   # a scalar (llama.cpp's get_key)
@@ -87,8 +91,13 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[in
     if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or int(groups) > 1:
         raise GGUFError(f"{f.path}: {a}.expert_group_count = {groups!r}: expert group selection is not supported")
     clamp = md.get(f"{a}.swiglu_clamp_exp")
-    if clamp is not None and np.any(np.asarray(clamp, dtype=np.float64) > 1e-6):
-        raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
+    if clamp is not None:
+        try:
+            on = bool(np.any(np.asarray(clamp, dtype=np.float64) > 1e-6))
+        except (TypeError, ValueError):
+            raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp = {clamp!r:.60} must be numbers") from None
+        if on:
+            raise GGUFError(f"{f.path}: {a}.swiglu_clamp_exp (clamped expert SwiGLU) is not supported")
     if ff_exp is None:
         ff_exp = _uniform(f, f"{a}.expert_feed_forward_length", md.get(f"{a}.expert_feed_forward_length", 0),
                           hp.n_layer)
@@ -99,8 +108,11 @@ def read_moe(f: GGUFFile, hp, *, norm_w: bool, shared: bool, ff_exp: Optional[in
     ff_sh = 0
     if shared:
         ff_sh = _uniform(f, f"{a}.expert_shared_feed_forward_length",
-                         md.get(f"{a}.expert_shared_feed_forward_length", 0), hp.n_layer) or hp.n_ff
-    return MoEParams(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=ff_exp, n_ff_shexp=ff_sh, norm_w=norm_w)
+                         md.get(f"{a}.expert_shared_feed_forward_length", 0), hp.n_layer)
+        if ff_sh == 0:
+            ff_sh = hp.n_ff if shared_default is None else shared_default
+    return MoEParams(n_expert=n_expert, n_expert_used=n_used, n_ff_exp=ff_exp, n_ff_shexp=ff_sh, norm_w=norm_w,
+                     shexp_gated=shexp_gated)
 
 
 def _experts(src: TensorSource, name: str, n_cols: int, n_rows: int, n_expert: int) -> Weight:
@@ -123,7 +135,8 @@ def load_moe(src: TensorSource, hp, il: int) -> MoEWeights:
                    down_exps=_experts(src, p + "ffn_down_exps.weight", F, E, X))
     if mp.n_ff_shexp:
         S = mp.n_ff_shexp
-        w.gate_inp_shexp = src.matrix(p + "ffn_gate_inp_shexp.weight", E, 1)
+        if mp.shexp_gated:
+            w.gate_inp_shexp = src.matrix(p + "ffn_gate_inp_shexp.weight", E, 1)
         w.gate_shexp = src.matrix(p + "ffn_gate_shexp.weight", E, S)
         w.up_shexp = src.matrix(p + "ffn_up_shexp.weight", E, S)
         w.down_shexp = src.matrix(p + "ffn_down_shexp.weight", S, E)
@@ -171,11 +184,11 @@ def ffn(mw: MoEWeights, hp, h: np.ndarray, n_threads: Optional[int] = None, *,
     out = np.empty_like(h)
     sel = np.empty((n, k), np.int32)
     wts = np.empty((n, k), np.float32)
-    err = ffi.new("char[]", _ERR_LEN)
+    err = ffi.new("char[]", ERR_LEN)
     nt = default_threads() if n_threads is None else int(n_threads)
     if n:
         rc = lib.ub_moe_ffn(cache[1], ffi.from_buffer("float[]", h), n, ffi.from_buffer("float[]", out),
-                            ffi.from_buffer("int32_t[]", sel), ffi.from_buffer("float[]", wts), nt, err, _ERR_LEN)
+                            ffi.from_buffer("int32_t[]", sel), ffi.from_buffer("float[]", wts), nt, err, ERR_LEN)
         if rc == lib.UB_E_NOMEM:
             raise MemoryError("moe ffn: out of memory")
         if rc != lib.UB_OK:

@@ -26,7 +26,7 @@ def get_rows(w: Weight, ids: np.ndarray) -> np.ndarray:
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Row-wise over the last axis: sum of f32 squares accumulated in f64, scale = 1/sqrtf(mean + eps),
-    (x*scale)*w (real-models.md §3.1). x: float32[..., d], weight: float32[d]."""
+    (x*scale)*w (docs/llama-cpp-behaviours.md §M3.1). x: float32[..., d], weight: float32[d]."""
     x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
     return _cops.rms_norm(x2, np.ascontiguousarray(weight, dtype=np.float32), float(eps)).reshape(x.shape)
 

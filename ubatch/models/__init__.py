@@ -1,4 +1,6 @@
-"""Models by name: the tiny model shipped inside the package and the real GGUF models of ubatch.model.fetch."""
+"""The model catalogue (public API, docs/api.md): models by name — the tiny model shipped inside the package and
+the real GGUF models of ubatch.model.fetch — or by path. It sits above the model layer (ubatch.model: how a GGUF
+decoder is read and run)."""
 from __future__ import annotations
 
 import os

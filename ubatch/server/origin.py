@@ -1,4 +1,4 @@
-"""Who may drive the server from a browser (issue 20 item 6). A key-less server on loopback must not be
+"""Who may drive the server from a browser (docs/server.md). A key-less server on loopback must not be
 reachable through a web page the user happens to visit:
 
 * Host: bound to a loopback address, only loopback host names (localhost, *.localhost, 127.x.x.x, ::1) are

@@ -99,7 +99,7 @@ def _stream_completion(st: ServerState, req: CompletionRequest, gen: Generation,
 # ---- /v1/chat/completions ------------------------------------------------------------------------------
 async def chat_completions(request: Request) -> Response:
     st, req = await _body(request, ChatRequest)
-    plan = tools.check(req.tools, req.tool_choice, req.parallel_tool_calls, st.tokenizer)
+    plan = tools.check(req.tools, req.tool_choice, req.parallel_tool_calls)
     prompt = chat_tokens(st.tokenizer, req.messages, st.chat_format, plan, parse_special=st.cfg.chat_parse_special)
     n_top = None
     if req.logprobs:

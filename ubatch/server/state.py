@@ -2,7 +2,6 @@
 from a ServerConfig (`build_state`) or from an engine built elsewhere (tests, embedding)."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Optional
 
@@ -13,16 +12,9 @@ from ubatch.server.worker import EngineWorker
 
 
 def load_model(name_or_path: str):
-    """`ubatch.models.load` when it is there; otherwise the embedded tiny model or a GGUF path."""
+    """`ubatch.models.load`: a catalogue name or the path of a GGUF file."""
     import ubatch.models as models
-    if hasattr(models, "load"):
-        return models.load(name_or_path)
-    if name_or_path in ("tiny-llama", "tiny_llama"):
-        return models.tiny_llama()
-    if os.path.exists(name_or_path):
-        from ubatch.model.model import Model
-        return Model.from_gguf(name_or_path)
-    raise ValueError(f"unknown model {name_or_path!r}: give 'tiny-llama' or the path of a GGUF file")
+    return models.load(name_or_path)
 
 
 def _tokenizer(engine, model) -> Optional[Any]:

@@ -10,13 +10,12 @@ from ubatch.chat.tool_plan import ToolError, ToolPlan
 from ubatch.server.errors import APIError
 
 
-def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None,
-          tokenizer=None) -> ToolPlan:
-    """ubatch.chat.tool_plan.check, its errors as 400s naming the field (a forced call constrained when the
-    engine can for this tokenizer)."""
-    from ubatch.chat.tool_plan import check as _check, engine_constrains
+def check(tools: Any, tool_choice: Any, parallel_tool_calls: Optional[bool] = None) -> ToolPlan:
+    """ubatch.chat.tool_plan.check, its errors as 400s naming the field (a forced call is constrained by the
+    grammar engine)."""
+    from ubatch.chat.tool_plan import check as _check
     try:
-        return _check(tools, tool_choice, parallel_tool_calls, engine_constrains(tokenizer))
+        return _check(tools, tool_choice, parallel_tool_calls, constrained=True)
     except ToolError as e:
         raise APIError(400, str(e), param=e.param) from None
 
@@ -26,8 +25,9 @@ def constrain(params, plan: ToolPlan):
     are sampled under the tool's JSON schema when the engine takes a json_schema (the grammar engine), else
     the opened answer steers the model."""
     import dataclasses
-    if plan.forced is None:
-        return params
+    if plan.forced is None:                 # "auto" / "required": the calls under the tools' schemas
+        extra = plan.calls_sampling() if params.grammar is None and params.json_schema is None else {}
+        return dataclasses.replace(params, **extra) if extra else params
     params = dataclasses.replace(params, stop=list(params.stop or []) + [T.CLOSE])
     if plan.constrained:
         params = dataclasses.replace(params, **plan.sampling())

@@ -1,4 +1,4 @@
-"""Chat prompts to token ids without special-token injection (issue 20 item 7).
+"""Chat prompts to token ids without special-token injection (docs/server.md).
 
 The conversation is rendered by the caller's `render(messages) -> str` (the chat template, whatever formatter
 produces it); the message contents are then tokenized as text and only the template's own markup can produce

@@ -12,6 +12,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 from ubatch.tokenizer.errors import TokenizerError
 from ubatch.tokenizer.vocab import ATTR_CONTROL, Vocab, load_vocab
 
@@ -143,7 +144,7 @@ class Tokenizer:
 
     def _encode(self, data: bytes, add_special: bool, parse_special: bool, protect) -> List[int]:
         """ub_tok_encode_protected on UTF-8 bytes (protect: bytes of the same length, or ffi.NULL)."""
-        err = ffi.new("char[]", 512)
+        err = ffi.new("char[]", ERR_LEN)
         cap = len(data) + 16           # tokens <= bytes almost always; else one exact retry
         for _ in range(2):
             out = np.empty(cap, dtype=np.int32)

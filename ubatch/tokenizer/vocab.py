@@ -1,4 +1,4 @@
-"""Vocabulary loading: what llama.cpp's llama_vocab::impl::load derives from the GGUF keys (tokenizer.md §1-3).
+"""Vocabulary loading: what llama.cpp's llama_vocab::impl::load derives from the GGUF keys (docs/llama-cpp-behaviours.md §T1-T3).
 
 `load_vocab(path)` reads only the tokenizer keys, copies texts/scores/types into the C vocabulary in bulk
 (no Python loop per token), then applies llama.cpp's load-time rules in its order: per-type defaults, id and
@@ -15,6 +15,7 @@ from typing import Dict, Optional, Set
 import numpy as np
 
 from ubatch._ffi import ffi, lib
+from ubatch.common.params import ERR_LEN
 from ubatch.tokenizer.errors import TokenizerError, UnsupportedVocabError
 from ubatch.tokenizer.gguf_vocab import GGUFMetadata, NumArray, StringArray, T_F32, T_I32
 from ubatch.tokenizer.pretok import PRE_TOKENIZERS
@@ -95,7 +96,7 @@ def _bool_key(md: GGUFMetadata, key: str) -> Optional[bool]:
 
 
 def _errbuf():
-    return ffi.new("char[]", 512)
+    return ffi.new("char[]", ERR_LEN)
 
 
 class _Loader:

@@ -1,7 +1,7 @@
 """gemma3 (Gemma 3 270M ... 27B text): embeddings x sqrtf(n_embd), four norms per layer (stored with their +1:
 used as is), per-head q/k RMSNorm before NEOX RoPE, Q pre-scaled by 1/sqrt(key_length) with softmax scale
 1, per-layer RoPE base (SWA layers: rope.freq_base_swa, scale 1), GeGLU through ggml's f16 GELU table,
-interleaved sliding-window attention, optional final soft-cap (real-models.md §1.2, §3.4)."""
+interleaved sliding-window attention, optional final soft-cap (docs/llama-cpp-behaviours.md §M1.2, §M3.4)."""
 from __future__ import annotations
 
 import math

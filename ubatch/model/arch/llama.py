@@ -1,6 +1,6 @@
 """llama (TinyLlama, SmolLM, Llama 2/3 style files): NORM RoPE with every scaling llama.cpp reads (none, linear,
 YaRN, Llama-3 `rope_freqs.weight` factors; LongRoPE factors), GQA, SwiGLU, optional biases, tied output
-(real-models.md §3.2).
+(docs/llama-cpp-behaviours.md §M3.2).
 
 This module also holds the decoder the other dense architectures share (qwen2, qwen3, phi3, granite, olmo2,
 minicpm, smollm3): `Layer` with its optional pieces (pre-norms, Q/K/V/O biases, per-head or whole-row Q/K

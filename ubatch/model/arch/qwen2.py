@@ -1,5 +1,5 @@
 """qwen2 (Qwen2 / Qwen2.5): the llama decoder with required Q/K/V biases (added before RoPE), NEOX RoPE,
-no attention-output bias, optional output.bias (real-models.md §3.3)."""
+no attention-output bias, optional output.bias (docs/llama-cpp-behaviours.md §M3.3)."""
 from __future__ import annotations
 
 from ubatch.model.arch import llama

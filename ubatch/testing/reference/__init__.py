@@ -1,4 +1,4 @@
-"""An independent float64 reference forward of the supported architectures (issue 28): `RefModel(path)` reads a
+"""An independent float64 reference forward of the supported architectures (docs/models.md, Fidelity): `RefModel(path)` reads a
 GGUF with gguf.GGUFReader, `forward(model, tokens, mode="exact"|"emulate", kv="f32"|"f16")` gives float64
 logits. See forward.py for what "emulate" keeps of ggml's formats."""
 from ubatch.testing.reference.actquant import act_kind, quantize

@@ -1,4 +1,4 @@
-"""ggml's activation quantisation, in float64 numpy (real-models.md §2.2): the values a matmul's activation
+"""ggml's activation quantisation, in float64 numpy (docs/llama-cpp-behaviours.md §M2.2): the values a matmul's activation
 row becomes before the integer dot products, for the weight type it meets.
 
     act_kind(weight_type)          -> "q8_0" | "q8_1" | "q8_k" | "f16" | "bf16" | "f32"
@@ -7,8 +7,8 @@ row becomes before the integer dot products, for the weight type it meets.
 
 Only the formats are emulated (the 8-bit grid, the fp16 storage of the Q8_0/Q8_1 scale, Q8_K's signed scale
 and its clamp at 127, round half to even as ggml's x86 code does): the scales are computed from the float64
-input in float64 (Q8_0's d is then rounded through f32 to fp16, as ggml stores it). Written from the spec, not
-from ggml's source."""
+input in float64 (Q8_0's d is then rounded through f32 to fp16, as ggml stores it). Written from llama.cpp's
+behaviour (docs/llama-cpp-behaviours.md §M2.2), not from ggml's source."""
 from __future__ import annotations
 
 from typing import Tuple

@@ -1,5 +1,5 @@
 """The float64 reference forward of one sequence (positions 0 .. n-1) for llama, qwen2 and gemma3
-(real-models.md §3), written from the spec and independent of ubatch's kernels.
+(docs/llama-cpp-behaviours.md §M3), written from that description and independent of ubatch's kernels.
 
     forward(model, tokens, mode="emulate", kv="f32", out_rows=None, trace=None) -> float64[R, n_vocab]
 

@@ -1,7 +1,7 @@
 """The GGUF side of the float64 reference: hyperparameters and tensors read with `gguf.GGUFReader` (not with
 ubatch's own reader, so a misread key in ubatch does not repeat here), weights dequantised with
 `gguf.quants.dequantize` when a matmul needs them (nothing is kept dequantised: a real model in float32 would
-be several GB). Hyperparameters follow llama.cpp's defaults as real-models.md §1 states them."""
+be several GB). Hyperparameters follow llama.cpp's defaults as docs/llama-cpp-behaviours.md §M1 states them."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-ROPE_NORM, ROPE_NEOX = 0, 2
+from ubatch.common.params import ROPE_NEOX, ROPE_NORM  # llama.cpp's rope_type values
 ARCHS = ("llama", "qwen2", "gemma3")
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from ubatch.llama_cpp import _log, _samplers as S
+from ubatch.llama_cpp import _llama_log, _samplers as S
 from ubatch.llama_cpp._cfunc import cfunc
 from ubatch.llama_cpp._handles import HandleError, address
 from ubatch.llama_cpp._structs import (llama_logit_bias, llama_perf_sampler_data, llama_sampler,
@@ -196,7 +196,7 @@ def _grammar(vocab, grammar_str, grammar_root, lazy=False, patterns=(), tokens=(
     try:
         return _new(GrammarSampler(v, grammar_str or b"", grammar_root or b"root", lazy, patterns, tokens))
     except GrammarError as e:
-        _log.log(4, f"llama_grammar_init_impl: {e}\n")
+        _llama_log.log(4, f"llama_grammar_init_impl: {e}\n")
         return None
 
 
@@ -363,8 +363,8 @@ def llama_perf_sampler(chain):
 @cfunc([_SP])
 def llama_perf_sampler_print(chain):
     d = llama_perf_sampler(chain)
-    _log.log(_log.GGML_LOG_LEVEL_INFO, f"llama_perf_sampler_print:    sampling time = {d.t_sample_ms:10.2f} ms / "
-                                       f"{d.n_sample:5d} runs")
+    _llama_log.log(_llama_log.GGML_LOG_LEVEL_INFO,
+                   f"llama_perf_sampler_print:    sampling time = {d.t_sample_ms:10.2f} ms / {d.n_sample:5d} runs")
 
 
 @cfunc([_SP])
