@@ -74,7 +74,7 @@ int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t p
 typedef struct {
     const float *q;
     const void *k, *v;
-    int32_t k_type, v_type, k_f16, v_f16, k_deq, v_deq; /* *_deq: rows dequantised into scratch (bf16, q*) */
+    int32_t k_type, v_type, k_f16, v_f16, k_deq, v_deq, k_min; /* *_deq: rows dequantised into scratch (bf16, q*) */
     int64_t rs_k, rs_v; /* bytes of one (cell, kv head) row of K / V */
     const int32_t *row_stream, *off, *cells;
     float *out;
@@ -99,15 +99,26 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
     const int32_t *cl = J->cells + c0;
     float *qr = sc + (int64_t)nc * gq; /* gq rows of hd_k: the queries rounded as llama.cpp's vec_dot type of K */
     float *kd = qr + (int64_t)gq * hdk, *vd = kd + hdk; /* one dequantised K row, one V row */
+    const int32_t nb = hdk / 32;
+    float *qsum = vd + J->hd_v, *kmin = qsum + (int64_t)gq * nb; /* q4_1 / q5_1 K: [gq][nb] query sums, [nb] mins */
     for (int32_t h = 0; h < gq; h++) {
         const float *qs = J->q + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0 + h) * hdk;
         ub_kv_round_query(J->k_type, qs, qr + (int64_t)h * hdk, hdk);
+        if (J->k_min) ub_kv_query_sums(qs, qsum + (int64_t)h * nb, hdk);
     }
     const int64_t kbase = (int64_t)st * J->kv_size;
     const uint8_t *kb = J->k, *vb = J->v;
     for (int32_t c = 0; c < nc; c++) { /* raw scores sc[h * nc + c]: K row of cell c loaded once for the gq heads */
         const uint8_t *kr = kb + ((kbase + cl[c]) * J->n_head_kv + g) * J->rs_k;
-        if (J->k_deq) {
+        if (J->k_min) { /* q4_1 / q5_1: d * code . query, plus sum_b m_b * half(query block sum), as llama.cpp */
+            ub_kv_dequant_row_split(J->k_type, kr, kd, kmin, hdk);
+            J->kern.dots_f32(qr, gq, hdk, kd, sc + c, nc);
+            for (int32_t h = 0; h < gq; h++) {
+                float add = 0.0f;
+                for (int32_t b = 0; b < nb; b++) add += kmin[b] * qsum[(int64_t)h * nb + b];
+                sc[(int64_t)h * nc + c] += add;
+            }
+        } else if (J->k_deq) {
             ub_kv_dequant_row(J->k_type, kr, kd, hdk);
             J->kern.dots_f32(qr, gq, hdk, kd, sc + c, nc);
         } else if (J->k_f16) {
@@ -194,6 +205,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.k_f16 = k_type == UB_T_F16;
     J.v_f16 = v_type == UB_T_F16;
     J.k_deq = k_type != UB_T_F16 && k_type != UB_T_F32;
+    J.k_min = ub_kv_has_min(k_type);
     J.v_deq = v_type != UB_T_F16 && v_type != UB_T_F32;
     J.rs_k = ub_kv_row_size(k_type, hd_k);
     J.rs_v = ub_kv_row_size(v_type, hd_v);
@@ -220,7 +232,8 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
         units *= J.hsplit;
     }
     if (nt > units) nt = (int)units;
-    J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + hd_k + hd_v + 15) & ~(int64_t)15;
+    J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + hd_k + hd_v +
+                        (int64_t)(J.gqa + 1) * (hd_k / 32) + 15) & ~(int64_t)15;
     J.scratch = malloc(sizeof(float) * (size_t)(J.scratch_stride * nt));
     if (!J.scratch) return UB_E_NOMEM;
     atomic_init(&J.next, 0);

@@ -234,6 +234,50 @@ void ub_kv_round_query(int32_t k_type, const float *q, float *out, int32_t n) {
     }
 }
 
+int ub_kv_has_min(int32_t type) { return type == UB_T_Q4_1 || type == UB_T_Q5_1; }
+
+/* q4_1 / q5_1 row x -> y[j] = d_b * code_j (without the block minimum) and mins[b] = m_b (float[n / 32]). */
+void ub_kv_dequant_row_split(int32_t type, const void *xv, float *y, float *mins, int32_t n) {
+    const uint8_t *x = xv;
+    const int bb = type == UB_T_Q4_1 ? 20 : 24;
+    for (int32_t b = 0; b < n / QK; b++) {
+        const uint8_t *xb = x + (int64_t)b * bb;
+        float *yb = y + (int64_t)b * QK;
+        const float d = ub_h2f(get16(xb));
+        mins[b] = ub_h2f(get16(xb + 2));
+        if (type == UB_T_Q4_1) {
+            for (int j = 0; j < QK / 2; j++) {
+                yb[j] = (float)(xb[4 + j] & 15) * d;
+                yb[j + 16] = (float)(xb[4 + j] >> 4) * d;
+            }
+        } else {
+            uint32_t qh;
+            memcpy(&qh, xb + 4, 4);
+            for (int j = 0; j < QK / 2; j++) {
+                yb[j] = (float)((xb[8 + j] & 15) | (int)(((qh >> j) & 1u) << 4)) * d;
+                yb[j + 16] = (float)((xb[8 + j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) * d;
+            }
+        }
+    }
+}
+
+/* The q8_1 block sums of a query row: s[b] = half(d_b * sum of the block's int8 codes), d_b = amax / 127
+ * unrounded (what a q4_1 / q5_1 dot multiplies the block minimum by). q: float[n]; s: float[n / 32]. */
+void ub_kv_query_sums(const float *q, float *s, int32_t n) {
+    for (int32_t b = 0; b < n / QK; b++) {
+        const float *x = q + (int64_t)b * QK;
+        float amax;
+        (void)absmax_signed(x, &amax);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK; j++) {
+            const float v = roundf(x[j] * id);
+            sum += v >= -127.0f && v <= 127.0f ? (int)v : 0;
+        }
+        s[b] = ub_h2f(ub_f2h((float)sum * d));
+    }
+}
+
 int ub_kv_store_rows(int32_t type, const float *src, int64_t n_rows, int32_t n, void *dst, int64_t dst_rows,
                      const int64_t *idx) {
     const int64_t rs = ub_kv_row_size(type, n);

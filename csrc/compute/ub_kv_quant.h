@@ -30,6 +30,12 @@ void ub_kv_dequant_row(int32_t type, const void *x, float *y, int32_t n);
 /* The query row as llama.cpp rounds it for a dot with a K row of k_type (its vec_dot type): f16 / bf16
  * rounding, a q8_0 round trip for the quantised types, unchanged for f32. q, out: float[n]. */
 void ub_kv_round_query(int32_t k_type, const float *q, float *out, int32_t n);
+/* q4_1 / q5_1 (a block minimum: llama.cpp's dot with a q8_1 query adds m_b * half(block sum)). */
+int ub_kv_has_min(int32_t type);
+/* Such a row split: y float[n] = d_b * code (no minimum), mins float[n / 32]. */
+void ub_kv_dequant_row_split(int32_t type, const void *x, float *y, float *mins, int32_t n);
+/* A query row's q8_1 block sums, half-rounded: s float[n / 32]. */
+void ub_kv_query_sums(const float *q, float *s, int32_t n);
 /* 1 for the block-quantised types (not f32 / f16 / bf16). */
 int ub_kv_is_quant(int32_t type);
 

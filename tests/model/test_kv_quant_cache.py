@@ -2,6 +2,8 @@
 K etc.): batch-invariant bitwise (batch composition, n_ubatch, kv_unified, thread count, chunked prompt),
 K-shift and rollback over quantised rows, llama.cpp's refusals (a quantised V without flash attention, a head
 dim its block does not divide), close to f32 on a tiny gemma2 with head_dim 32 (SWA + soft-cap)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,38 @@ def test_refusals_name_the_parameter(m32):
         ubatch.Context(m32, n_ctx=64, type_v="iq4_nl")
     with pytest.raises(ValueError, match="type_k"):
         ubatch.Context(ubatch.models.tiny_llama(), n_ctx=64, type_k="q8_0")   # head_dim 16
+
+
+# ---- agreement with llama.cpp (tests/data/kv_quant, made by tests/model/record_kv_quant.py) -----------------
+def _replay(m, cfg, tk, tv):
+    import arch_scenario as S
+    ctx = ubatch.Context(m, n_ctx=S.N_CTX, n_batch=512, n_ubatch=cfg["n_ubatch"], n_seq_max=S.N_SEQ,
+                         kv_unified=cfg["kv_unified"], n_threads=cfg["n_threads"], type_k=tk, type_v=tv)
+    out = []
+    for st in S.steps():
+        b = Batch.from_arrays(tokens=[t for t, _, _ in st], pos=[p for _, p, _ in st],
+                              seq_ids=[[s] for *_, s in st], output=[1] * len(st))
+        assert ctx.decode(b) == 0
+        out += [ctx.get_logits_ith(i).copy() for i in range(len(st))]
+    return np.stack(out)
+
+
+def test_agrees_with_llama_cpp_quantised_kv(m32):
+    """Rule: every row's max |Δlogit| against llama.cpp (same type_k / type_v; flash attention where llama.cpp
+    needs it) <= tol = max(llama.cpp's own spread over its configurations, 1e-2: the q8_0 models' 5e-3 floor
+    doubled for the 4-bit K types); argmax equal on every row."""
+    import json
+    import arch_scenario as S
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "kv_quant")
+    with open(os.path.join(data, "kv_quant.json")) as f:
+        doc = json.load(f)
+    assert tiny_arch.sha256(m32.path) == doc["sha256"], "not the model llama.cpp was recorded on"
+    assert doc["scenario"]["steps"] == [[list(r) for r in st] for st in S.steps()]
+    for c in doc["combos"]:
+        ref = np.load(os.path.join(data, c["tag"] + ".npz"))["logits"]
+        tol = max(c["spread"], 1e-2)
+        for cfg in (S.CONFIGS[0], S.CONFIGS[2]):
+            ub = _replay(m32, cfg, c["type_k"], c["type_v"])
+            d = np.abs(ub - ref).max(axis=1)
+            assert d.max() <= tol, f"{c['tag']} {cfg['tag']}: row {int(d.argmax())} off by {d.max():.3g} > {tol:.3g}"
+            assert np.array_equal(ub.argmax(axis=1), ref.argmax(axis=1)), c["tag"]

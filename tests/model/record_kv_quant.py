@@ -1,0 +1,83 @@
+"""Records llama.cpp's logits with quantised / bf16 K/V caches on the tiny gemma2 of tests/model/tiny_arch.py
+with head_dim 32 (so q8_0 .. q5_1 blocks divide it; SWA and soft-caps included), with llama-cpp-python 0.3.36
+(python tests/model/record_kv_quant.py; tests never import this file).
+
+Per K/V combination (COMBOS: type_k, type_v, flash attention -- llama.cpp needs it for a quantised V) the
+scenario of arch_scenario.py under its CONFIGS; written to tests/data/kv_quant/<tk>-<tv>.npz (`logits`
+float32[rows, n_vocab] of the first configuration) and kv_quant.json (the model's sha256, the combinations,
+each one's spread: max |logit - first configuration's| over the other configurations)."""
+import ctypes
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "support")]
+import arch_scenario as S  # noqa: E402
+import tiny_arch  # noqa: E402
+
+import llama_cpp as L  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(HERE), "data", "kv_quant")
+IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+COMBOS = [("q8_0", "f16", 0), ("q8_0", "q8_0", 1), ("bf16", "bf16", 0), ("q4_0", "q4_0", 1), ("q5_1", "q5_0", 1),
+          ("q4_1", "f16", 0)]
+HEAD_DIM = 32
+
+
+def run(path: str, cfg: dict, tk: str, tv: str, fa: int) -> np.ndarray:
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = S.N_CTX, 512, cfg["n_ubatch"], S.N_SEQ
+    cp.n_threads = cp.n_threads_batch = cfg["n_threads"]
+    cp.kv_unified = cfg["kv_unified"]
+    cp.type_k, cp.type_v = IDS[tk], IDS[tv]
+    cp.flash_attn_type = fa                    # 0 disabled, 1 enabled
+    ctx = L.llama_init_from_model(model, cp)
+    if not ctx:
+        raise SystemExit(f"llama.cpp refused {tk}/{tv} fa={fa}")
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    out = []
+    for step in S.steps():
+        b = L.llama_batch_init(len(step), 0, 1)
+        b.n_tokens = len(step)
+        for i, (tok, pos, seq) in enumerate(step):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, True
+            b.seq_id[i][0] = seq
+        if L.llama_decode(ctx, b) != 0:
+            raise SystemExit("llama_decode failed")
+        for i in range(len(step)):
+            p = L.llama_get_logits_ith(ctx, i)
+            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)), (n_vocab,)).copy())
+        L.llama_batch_free(b)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+    return np.stack(out).astype(np.float32)
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    L.llama_backend_init()
+    doc = {"model": "gemma2-f32", "head_dim": HEAD_DIM, "llama_cpp_python": L.__version__, "configs": S.CONFIGS,
+           "scenario": S.describe(), "combos": [],
+           "made_by": "python tests/model/record_kv_quant.py (llama-cpp-python 0.3.36, llama.cpp 0c1e570, CPU: "
+                      "AMD EPYC Zen 4 AVX-512 VNNI)"}
+    with tempfile.TemporaryDirectory() as td:
+        path = tiny_arch.write("gemma2-f32", os.path.join(td, "m.gguf"), head_dim=HEAD_DIM)
+        doc["sha256"] = tiny_arch.sha256(path)
+        for tk, tv, fa in COMBOS:
+            runs = [run(path, c, tk, tv, fa) for c in S.CONFIGS]
+            spread = max(float(np.abs(r - runs[0]).max()) for r in runs)
+            tag = f"{tk}-{tv}-fa{fa}"
+            np.savez_compressed(os.path.join(OUT, tag + ".npz"), logits=runs[0])
+            doc["combos"].append({"tag": tag, "type_k": tk, "type_v": tv, "flash_attn": fa, "spread": spread})
+            print(tag, "spread", spread)
+    with open(os.path.join(OUT, "kv_quant.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
