@@ -166,15 +166,20 @@ VN_DISPATCH(vn_dot_mxfp4, 6)
  * two int16 maddubs pairs, no saturation — exactly madd then add), so the block's 8 int32 lanes are the same
  * integers; the f32 products dw * dx, dmin * dx, the FMA / FNMA into the row's accumulator in block order
  * and the hsum are the AVX2 kernel's, hence bitwise its results. ---- */
-VN_INL void vn_scale_min_k4(const uint8_t *s, int16_t *sc, int16_t *mn16) { /* sc[8]; mn16[16]: each min twice */
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn16[2 * j] = mn16[2 * j + 1] = s[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (int16_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        mn16[2 * j] = mn16[2 * j + 1] = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
+/* The 8 sub-block scales and 8 mins of a Q4_K / Q5_K block (6-bit, packed in the 12 bytes at s) without a
+ * store / reload (the AVX2 kernel's int16 arrays cost a store-forwarding stall per block): returns the scales,
+ * byte j = scale j, and sets *mins to the 16 int16 lanes min 0, min 0, min 1, min 1, ..., min 7, min 7. The
+ * same integers as mm_avx2.c scale_min_k4: scale j < 4 = s[j] & 63, min j < 4 = s[j + 4] & 63; for j >= 4
+ * scale = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, min = (s[j + 4] >> 4) | (s[j] >> 6) << 4, per byte. */
+VN_INL uint64_t vn_scale_min_k4(const uint8_t *s, __m256i *mins) {
+    const uint32_t u0 = vn_rd32(s), u1 = vn_rd32(s + 4), u2 = vn_rd32(s + 8);
+    const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, mn_lo = u1 & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i mn8 = _mm_cvtsi64_si128((long long)(((uint64_t)mn_hi << 32) | mn_lo));
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    *mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn8, twice));
+    return ((uint64_t)sc_hi << 32) | sc_lo;
 }
 
 /* y[r * ys] for r < nr: weight row w (nb Q4_K / Q5_K blocks) . activation rows a + r * as (Q8_K). */
@@ -186,10 +191,9 @@ VN_INL void vn_body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
         const uint8_t *qs = b + (five ? 48 : 16);
-        int16_t sc[8], mn16[16];
-        vn_scale_min_k4(b + 4, sc, mn16);
+        __m256i mins;
+        const uint64_t sc = vn_scale_min_k4(b + 4, &mins);
         const float dw = vn_h2f(b), dmw = vn_h2f(b + 2);
-        const __m256i mins = _mm256_loadu_si256((const __m256i *)mn16);
         const __m256i qh = five ? vn_ld(b + 16) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
         VN_UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
@@ -200,7 +204,8 @@ VN_INL void vn_body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
             }
-            const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+            const __m256i s_lo = _mm256_set1_epi16((short)((sc >> (16 * c)) & 0xFF));
+            const __m256i s_hi = _mm256_set1_epi16((short)((sc >> (16 * c + 8)) & 0xFF));
             VN_UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                 sumi[r] = VN_DPWSSD(sumi[r], _mm256_maddubs_epi16(lo, vn_ld(x->qs + 64 * c)), s_lo);
