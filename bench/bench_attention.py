@@ -1,10 +1,12 @@
-"""Attention kernel benchmark: ubatch's C kernel vs a numpy reference vs torch SDPA (CPU, when importable).
+"""Attention kernel benchmark: ubatch's C visible-cell attention (ops.attention_visible, the kernel the model
+runs) vs a numpy reference vs torch SDPA (CPU, when importable).
 
 Decode shapes: n_seq_tokens = 1, n_seqs groups each attending its own stream of n_kv cells (kv_unified =
 false layout), GQA 4:1 (32 query heads / 8 kv heads), head_dim 64/128, f32 K/V (f16 K/V rows too, ubatch
 only: torch's CPU SDPA has no mixed f16-cache/f32-query path), full visibility mask. Prefill shape: one
 group of 512 tokens over 512 cells with a causal mask. Same inputs for every implementation (torch gets
-the same arrays permuted to its [batch, heads, tokens, dim] layout outside the timed region).
+the same arrays permuted to its [batch, heads, tokens, dim] layout outside the timed region; ubatch gets the
+mask as per-row visible-cell lists, built outside the timed region too, as the KV cache hands them over).
 
 Measurements are interleaved (ubatch, torch, ubatch, torch, ...) so that load from other processes hits
 both sides alike (torch runs with OMP_WAIT_POLICY=PASSIVE unless set: see below); each figure is the MEDIAN over the repetitions, and the spread (p75 - p25) / median is
@@ -24,7 +26,7 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from ubatch.compute import kernels
+from ubatch.compute import ops
 
 # torch's OpenMP workers busy-wait after each parallel region by default; on a shared (oversubscribed) machine
 # that makes its 2-thread runs ~100x slower and steals the CPU from whatever runs next. Passive waiting keeps
@@ -95,16 +97,20 @@ def run_case(inputs, causal, threads, with_numpy, with_f16, budget):
     n_kv = k.shape[1]
     streams = np.arange(ns, dtype=np.int32)
     scale = 1.0 / np.sqrt(hd)
-    out = np.empty_like(q)
+    qr = q.reshape(ns * per, N_HEAD, hd)
+    rs = np.repeat(streams, per).astype(np.int32)
+    off, cells = ops.visible_cells(mask, np.tile(np.arange(n_kv, dtype=np.int32), (ns, 1)))
+    out = np.empty_like(qr)
     flops = 4.0 * ns * per * N_HEAD * n_kv * hd
     row = {"threads": threads, "n_seqs": ns, "n_seq_tokens": per, "n_kv": n_kv, "head_dim": hd,
            "n_head": N_HEAD, "n_head_kv": N_HEAD_KV, "causal": causal, "flops": flops}
-    fns = {"ubatch": lambda: kernels.attention(q, k, v, streams, mask, scale=scale, n_threads=threads, out=out)}
+    fns = {"ubatch": lambda: ops.attention_visible(qr, k, v, rs, off, cells, scale=scale, n_threads=threads,
+                                                   out=out)}
     if with_f16:
         k16, v16 = k.astype(np.float16), v.astype(np.float16)
-        out16 = np.empty_like(q)
-        fns["ubatch_f16"] = lambda: kernels.attention(q, k16, v16, streams, mask, scale=scale,
-                                                      n_threads=threads, out=out16)
+        out16 = np.empty_like(qr)
+        fns["ubatch_f16"] = lambda: ops.attention_visible(qr, k16, v16, rs, off, cells, scale=scale,
+                                                          n_threads=threads, out=out16)
     if torch is not None:
         torch.set_num_threads(threads)
         tq = torch.from_numpy(q).permute(0, 2, 1, 3).contiguous()          # [ns, H, per, d]
@@ -133,12 +139,13 @@ def run_case(inputs, causal, threads, with_numpy, with_f16, budget):
         row[name + "_noise"] = s["noise"]
         row[name + "_reps"] = s["reps"]
         row[name + "_gflops"] = flops / (s["us"] * 1e-6) / 1e9
+    out = out.reshape(q.shape)
     if with_numpy:
         row["max_abs_diff_vs_numpy"] = float(np.abs(numpy_attention(q, k, v, mask, scale) - out).max())
     if torch is not None:
         row["max_abs_diff_vs_torch"] = float(np.abs(t_mask().permute(0, 2, 1, 3).numpy() - out).max())
     if with_f16:
-        row["max_abs_diff_f16_vs_f32"] = float(np.abs(out16 - out).max())
+        row["max_abs_diff_f16_vs_f32"] = float(np.abs(out16.reshape(q.shape) - out).max())
     return row
 
 

@@ -2,10 +2,11 @@
 the time goes — planning (allocator init + split + KV placement: find_slot dry run, apply, slot read-back and
 the rows' visible-cell lists) vs computing (ModelRunner.compute) vs the rest.
 
-Each workload is a seeded request stream run by ubatch.engine.batcher.ContinuousBatcher (the `ubatch run` loop).
+Each workload is a seeded stream of random-token prompts generated greedily by LLMEngine (the `ubatch run` loop,
+prefix cache off).
 Timing is by instrumentation only: the methods Context.decode calls (allocator.init, the memory protocol's
-KVCache.init_batch (split + prepare) / apply / placement (incl. the visible lists), ModelRunner.compute / update) and the
-batcher's step are
+KVCache.init_batch (split + prepare) / apply / placement (incl. the visible lists), ModelRunner.compute / update)
+and the engine's step are
 wrapped on the instances with perf_counter_ns timers; the library is not modified. Columns:
 
   tok/s      decoded tokens (prompt + fed-back samples) / total step time
@@ -13,7 +14,8 @@ wrapped on the instances with perf_counter_ns timers; the library is not modifie
   plan %     init + init_batch (split + prepare) + apply + placement (incl. visible), share of the step time
   compute %  ModelRunner.compute (forward pass incl. C attention) share
   glue %     the rest of Context.decode (Batch/argument checks, output bookkeeping)
-  serve %    outside decode: batch building, Batch.from_arrays, greedy sampling, statistics
+  serve %    outside decode: scheduling and batch building, Batch.from_arrays, sampling, detokenisation,
+             statistics
 
 One warm-up run, then --reps runs; the run with the median step time is reported.
 
@@ -69,7 +71,7 @@ class Timers:
         setattr(obj, name, timed)
 
 
-def instrument(ctx, batcher) -> Timers:
+def instrument(ctx, engine) -> Timers:
     T = Timers()
     kv = ctx.memory
     T.wrap(ctx, "decode", "decode")
@@ -79,7 +81,7 @@ def instrument(ctx, batcher) -> Timers:
     T.wrap(kv, "placement", "placement")
     T.wrap(ctx._runner, "compute", "compute")
     T.wrap(ctx._runner, "update", "update")
-    T.wrap(batcher, "step", "step")
+    T.wrap(engine, "step", "step")
     make_alloc = ctx._allocator
     done = set()
 
@@ -94,18 +96,32 @@ def instrument(ctx, batcher) -> Timers:
     return T
 
 
+def requests(n: int, prompt_len, gen_len, n_vocab: int, seed: int = 0):
+    """n (prompt token ids, generation length) pairs, lengths uniform in the inclusive ranges, from one seeded
+    generator (the stream this benchmark has always used)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        lp = int(rng.integers(prompt_len[0], prompt_len[1] + 1))
+        lg = int(rng.integers(gen_len[0], gen_len[1] + 1))
+        out.append((rng.integers(0, n_vocab, lp).astype(np.int32), lg))
+    return out
+
+
 def run_once(model, wl, threads):
-    import ubatch
-    from ubatch.engine.batcher import ContinuousBatcher
-    from ubatch.engine.request import make_requests
+    from ubatch.engine.llm_engine import LLMEngine, SamplingParams
 
     name, n_req, par, pl, gl, n_ctx, n_batch, n_ubatch, unified = wl
-    ctx = ubatch.Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=par, kv_unified=unified,
-                         n_threads=threads)
-    reqs = make_requests(n_req, prompt_len=pl, gen_len=gl, n_vocab=model.n_vocab, seed=0)
-    cb = ContinuousBatcher(ctx)
-    T = instrument(ctx, cb)
-    st = cb.run(reqs)
+    eng = LLMEngine(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=par, kv_unified=unified,
+                    n_threads=threads, enable_prefix_caching=False)    # random prompts share no prefix anyway
+    ctx = eng.ctx
+    for prompt, gen in requests(n_req, pl, gl, model.n_vocab):
+        eng.add_request(prompt, SamplingParams(max_tokens=gen, temperature=0.0, ignore_eos=True))
+    T = instrument(ctx, eng)
+    while eng.has_unfinished_requests():
+        eng.step()
+    st = eng.statistics
     ns = dict(T.ns)
     step = ns.get("step", 0)
     dec = ns.get("decode", 0)
@@ -115,13 +131,13 @@ def run_once(model, wl, threads):
     return {
         "workload": name, "requests": n_req, "parallel": par, "prompt_len": list(pl), "gen_len": list(gl),
         "n_ctx": ctx.n_ctx, "n_batch": ctx.n_batch, "n_ubatch": ctx.n_ubatch, "kv_unified": unified,
-        "steps": st.steps, "decode_calls": st.decode_calls, "ubatches": len(st.ubatches),
-        "retries": st.retries, "evicted": st.evicted, "prompt_tokens": st.prompt_tokens,
+        "steps": st.steps, "decode_calls": st.decode_calls, "ubatches": st.n_ubatches,
+        "retries": st.retries, "preemptions": st.preemptions, "prompt_tokens": st.prompt_tokens,
         "decoded_tokens": tokens, "generated_tokens": st.generated_tokens,
         "mean_fill": st.to_dict()["mean_fill"],
         "step_s": step / 1e9, "tokens_per_s": tokens / (step / 1e9), "us_per_step": step / 1e3 / max(st.steps, 1),
-        "us_per_ubatch_plan": plan / 1e3 / max(len(st.ubatches), 1),
-        "us_per_ubatch_compute": ns.get("compute", 0) / 1e3 / max(len(st.ubatches), 1),
+        "us_per_ubatch_plan": plan / 1e3 / max(st.n_ubatches, 1),
+        "us_per_ubatch_compute": ns.get("compute", 0) / 1e3 / max(st.n_ubatches, 1),
         "time_us": {k: v / 1e3 for k, v in sorted(ns.items())},
         "share": {"plan": plan / step, "compute": ns.get("compute", 0) / step, "kv_update": ns.get("update", 0) / step,
                   "decode_glue": (dec - inside) / step, "serve": (step - dec) / step,

@@ -62,6 +62,10 @@ typedef struct ub_ubatch {         /* the first 7 int32 fields are read as one i
 } ub_ubatch;
 
 void ub_ubatch_free(ub_ubatch *ub);
+
+/* One candidate token as llama.cpp's llama_token_data lays it out (id, logit, p): the arrays the drop-in's
+ * samplers (compat/) and the grammar (grammar/, ub_gstate_apply_td) work on in place. */
+typedef struct { int32_t id; float logit; float p; } ub_token_data;
 /* cdef:end */
 
 /* --- internal helpers (not exported to Python) --- */

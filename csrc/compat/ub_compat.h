@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ub_common.h" /* ub_token_data */
+
 /* cdef:begin */
 typedef int32_t (*ub_compat_tokenize_fn)(const void *vocab, const char *text, int32_t text_len, int32_t *tokens,
                                          int32_t n_tokens_max, bool add_special, bool parse_special);
@@ -19,7 +21,6 @@ void ub_compat_set_tokenize(ub_compat_tokenize_fn fn);
 int32_t ub_compat_tokenize_c(const void *vocab, const char *text, int32_t text_len, int32_t *tokens,
                              int32_t n_tokens_max, bool add_special, bool parse_special);
 
-typedef struct { int32_t id; float logit; float p; } ub_token_data;
 float ub_compat_max_logit(const ub_token_data *d, size_t n);
 void ub_compat_softmax(ub_token_data *d, size_t n, bool sorted);
 int64_t ub_compat_dist(ub_token_data *d, size_t n, bool sorted, double rnd);

@@ -15,7 +15,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "mm_internal.h"
-#include "attn_pool.h"
+#include "ub_pool.h"
 #include "attn_vis_kernels.h"
 
 int64_t ub_attn_count_visible(const float *mask, int64_t n_rows, int32_t n_kv) {
@@ -152,7 +152,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     if (n_q < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || hd_k <= 0 || hd_v <= 0 ||
         n_stream <= 0 || kv_size <= 0 || n_threads < 1 || !(softcap >= 0.0f) || !isfinite(scale))
         return UB_E_ARG;
-    if ((k_type != UB_DT_F32 && k_type != UB_DT_F16) || (v_type != UB_DT_F32 && v_type != UB_DT_F16)) return UB_E_ARG;
+    if ((k_type != UB_T_F32 && k_type != UB_T_F16) || (v_type != UB_T_F32 && v_type != UB_T_F16)) return UB_E_ARG;
     if (n_q == 0) return UB_OK;
     if (!q || !k || !v || !row_stream || !off || !cells || !out) return UB_E_ARG;
     if (off[0] != 0) return UB_E_ARG;
@@ -168,8 +168,8 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.q = q;
     J.k = k;
     J.v = v;
-    J.k_f16 = k_type == UB_DT_F16;
-    J.v_f16 = v_type == UB_DT_F16;
+    J.k_f16 = k_type == UB_T_F16;
+    J.v_f16 = v_type == UB_T_F16;
     J.row_stream = row_stream;
     J.off = off;
     J.cells = cells;

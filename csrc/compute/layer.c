@@ -14,7 +14,7 @@
 #include "ub_matmul.h"
 #include "ub_layer.h"
 #include "ub_moe.h"
-#include "attn_pool.h"
+#include "ub_pool.h"
 
 #include <stdatomic.h>
 
@@ -162,7 +162,7 @@ static int write_kv(const ub_layer_kv *kv, const float *k, const float *v, int64
         void *dstb[2] = {kv->k, kv->v};
         const int32_t ty[2] = {kv->k_type, kv->v_type};
         for (int t = 0; t < 2; t++) {
-            if (ty[t] == UB_DT_F32) {
+            if (ty[t] == UB_T_F32) {
                 memcpy((float *)dstb[t] + d, src[t], sizeof(float) * (size_t)row);
             } else {
                 uint16_t *h = (uint16_t *)dstb[t] + d;
@@ -189,8 +189,8 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     if (n <= 0 || !x || !pos || n_pos < 1) return fail(err, err_len, "x / pos missing or n = %d <= 0", n);
     if (n_threads < 1) return fail(err, err_len, "n_threads = %d < 1", n_threads);
     if (!kv->k || !kv->v || !kv->dst || !kv->row_stream || !kv->off || !kv->cells || kv->n_stream < 1 ||
-        kv->kv_size < 1 || (kv->k_type != UB_DT_F32 && kv->k_type != UB_DT_F16) ||
-        (kv->v_type != UB_DT_F32 && kv->v_type != UB_DT_F16))
+        kv->kv_size < 1 || (kv->k_type != UB_T_F32 && kv->k_type != UB_T_F16) ||
+        (kv->v_type != UB_T_F32 && kv->v_type != UB_T_F16))
         return fail(err, err_len, "kv: missing buffer, bad type or size");
     int32_t m = n;
     if (keep) {

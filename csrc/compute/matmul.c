@@ -22,7 +22,7 @@
 #include "ub_common.h"
 #include "ub_matmul.h"
 #include "mm_internal.h"
-#include "attn_pool.h"
+#include "ub_pool.h"
 
 static int g_backend = -1;
 static pthread_once_t g_be_once = PTHREAD_ONCE_INIT;

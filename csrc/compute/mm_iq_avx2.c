@@ -24,19 +24,27 @@ INL AVX2 void body_iq4_xs(int64_t nb, const uint8_t *w, const uint8_t *a, int64_
     __m256 acc[UB_MM_RT];
     UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ub_iq4nl_kv));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * 136;
         uint16_t sh;
         memcpy(&sh, b + 2, 2);
         __m256i sumi[UB_MM_RT];
         UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
-        for (int s = 0; s < 8; s++) {
-            const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | (((sh >> (2 * s)) & 3) << 4);
-            const __m256i sc = _mm256_set1_epi16((short)(ls - 32));
-            const __m256i q = _mm256_shuffle_epi8(kv, nibbles32(b + 8 + 16 * s)), qa = _mm256_sign_epi8(q, q);
+        for (int p = 0; p < 4; p++) { /* sub-blocks 2p, 2p + 1: bytes 32p .. 32p + 31 of qs, 16 each */
+            const __m256i raw = ld(b + 8 + 32 * p);
+            const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            /* sub-block 2p: low nibbles of its 16 bytes (elements 0..15), then high (16..31); likewise 2p + 1 */
+            const __m256i q0 = _mm256_shuffle_epi8(kv, _mm256_permute2x128_si256(lo, hi, 0x20));
+            const __m256i q1 = _mm256_shuffle_epi8(kv, _mm256_permute2x128_si256(lo, hi, 0x31));
+            const __m256i qa0 = _mm256_sign_epi8(q0, q0), qa1 = _mm256_sign_epi8(q1, q1);
+            const int l0 = (b[4 + p] & 15) | (((sh >> (4 * p)) & 3) << 4);
+            const int l1 = (b[4 + p] >> 4) | (((sh >> (4 * p + 2)) & 3) << 4);
+            const __m256i sc0 = _mm256_set1_epi16((short)(l0 - 32)), sc1 = _mm256_set1_epi16((short)(l1 - 32));
             UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
-                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(pairs_s8(q, qa, ld(x->qs + 32 * s)), sc));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(pairs_s8(q0, qa0, ld(x->qs + 64 * p)), sc0));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(pairs_s8(q1, qa1, ld(x->qs + 64 * p + 32)), sc1));
             }
         }
         const float dw = h2f(b);

@@ -6,7 +6,7 @@
 
 #include "ub_common.h"
 #include "ub_matmul.h"
-#include "attn_pool.h"
+#include "ub_pool.h"
 
 #define MB_CHUNK ((int64_t)1 << 20)
 

@@ -5,6 +5,7 @@
 
 #include "ub_common.h"
 #include "ub_compute.h"
+#include "ub_matmul.h"
 
 /* One pair's (cos, sin) as ggml's rope_yarn: theta_extrap = theta / freq factor, interpolated by freq_scale,
  * blended with YaRN's ramp when ext_factor != 0 (which also scales the magnitude); y NULL: plain RoPE. */
@@ -113,7 +114,7 @@ int ub_rope_shift_ext(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv
                       const ub_rope_yarn *yarn) {
     if (!k || !delta || n_cells < 0 || !rope_args_ok(n_head_kv, head_dim, n_rot, mode) || !(base > 0.0f))
         return UB_E_ARG;
-    if (dtype != UB_DT_F32 && dtype != UB_DT_F16) return UB_E_ARG;
+    if (dtype != UB_T_F32 && dtype != UB_T_F16) return UB_E_ARG;
     float *cs = (float *)malloc(sizeof(float) * ((size_t)n_rot + (size_t)head_dim));
     if (!cs) return UB_E_NOMEM;
     float *tmp = cs + n_rot;
@@ -125,7 +126,7 @@ int ub_rope_shift_ext(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv
         rope_cache(cs, n_rot, (float)delta[c], theta_scale, freq_scale, yarn);
         for (int32_t h = 0; h < n_head_kv; h++) {
             const int64_t off = c * row + (int64_t)h * head_dim;
-            if (dtype == UB_DT_F32) {
+            if (dtype == UB_T_F32) {
                 rotate_head((float *)k + off, cs, n_rot, neox);
             } else {
                 uint16_t *hk = (uint16_t *)k + off;

@@ -1,6 +1,6 @@
 /* Compute kernels of the forward pass: RoPE (llama.cpp NORM / NEOX / M-RoPE pairings), the K-shift
- * (re-rotation of cached K by a per-cell delta) and attention with an online softmax over a KV cache
- * stored as float32 or float16. Shapes and ownership are documented at each function. */
+ * (re-rotation of cached K by a per-cell delta) and IEEE half conversions. The attention over visible cells
+ * is in ub_matmul.h (ub_attention_vis). Shapes and ownership are documented at each function. */
 #ifndef UB_COMPUTE_H
 #define UB_COMPUTE_H
 
@@ -8,13 +8,13 @@
 #include <string.h>
 
 /* cdef:begin */
-/* RoPE pairings (values of llama.cpp's rope_type) and K/V storage types. */
+/* RoPE pairings (values of llama.cpp's rope_type; the one definition). K/V cells are stored as the weight
+ * types UB_T_F32 / UB_T_F16 of ub_matmul.h (values of ggml_type, as llama.cpp's type_k / type_v). */
 enum {
     UB_ROPE_NORM = 0,      /* rotate consecutive pairs (x[2i], x[2i+1]) */
     UB_ROPE_NEOX = 2,      /* rotate halves (x[i], x[i + n_rot/2]) */
     UB_ROPE_MROPE = 8      /* NEOX pairing, position section chosen per pair by `sections` (n_pos = 4) */
 };
-enum { UB_DT_F32 = 0, UB_DT_F16 = 1 };
 
 /* Rotate x in place. x: float[n_rows][n_head][head_dim] (caller-owned, contiguous); pos: int32[n_pos][n_rows]
  * section-major (caller-owned); sections: int32[4] for UB_ROPE_MROPE, else ignored (may be NULL).
@@ -52,23 +52,11 @@ int ub_rope_shift_ext(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv
                       const ub_rope_yarn *yarn);
 
 /* K-shift: rotate every cached key of cell c by delta[c] (cells with delta 0 are left untouched).
- * k: [n_cells][n_head_kv][head_dim] of float32 (dtype UB_DT_F32) or IEEE half as uint16 (UB_DT_F16),
+ * k: [n_cells][n_head_kv][head_dim] of float32 (dtype UB_T_F32) or IEEE half as uint16 (UB_T_F16),
  * caller-owned, modified in place; delta: int32[n_cells] caller-owned. M-RoPE shifts every section by
  * the same delta, which is the NEOX rotation. Returns UB_OK or UB_E_ARG. */
 int ub_rope_shift(void *k, int32_t dtype, int64_t n_cells, int32_t n_head_kv, int32_t head_dim,
                   int32_t n_rot, const int32_t *delta, int32_t mode, float base, float freq_scale);
-
-/* Attention of ns stream groups over a KV cache (see ub_attention in attention.c for the layout).
- * Returns UB_OK, UB_E_ARG (bad sizes/type) or UB_E_NOMEM. */
-int ub_attention(const float *q, const void *k, int32_t k_type, const void *v, int32_t v_type,
-                 const int32_t *streams, const float *mask, float *out,
-                 int32_t ns, int32_t per, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
-                 int32_t n_stream, int32_t kv_size, int32_t n_kv, float scale, int32_t n_threads);
-
-/* Join the attention kernel's persistent worker threads (created lazily by ub_attention with n_threads > 1,
- * also joined automatically at process exit). Safe to call any time; waits for a running call to finish;
- * later calls start new workers. */
-void ub_attention_shutdown(void);
 
 /* Elementwise IEEE half <-> float conversion (round to nearest even), n values, caller-owned buffers. */
 void ub_f16_to_f32(const uint16_t *src, float *dst, int64_t n);

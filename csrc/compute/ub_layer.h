@@ -55,7 +55,7 @@ typedef struct {
 } ub_layer;
 
 /* The step's attention inputs of one layer: its K/V data k, v: [n_stream][kv_size][n_head_kv][head_dim]
- * of k_type / v_type (UB_DT_F32 / UB_DT_F16), written at the ubatch rows' cells and read by attention;
+ * of k_type / v_type (UB_T_F32 / UB_T_F16), written at the ubatch rows' cells and read by attention;
  * dst: int64[n] flat cell (stream * kv_size + cell) receiving row i's K and V; row_stream int32[n],
  * off int32[n + 1], cells int32[off[n]]: each row's visible cells in ascending position order
  * (ub_attn_visible). */

@@ -104,7 +104,7 @@ int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t p
  *   s_c = scale * q_i,h . K[st][c][h / gqa]   (then s_c = softcap * tanh(s_c / softcap) when softcap > 0)
  *   p = softmax(s) (max, exp, double sum in list order), out_i,h = sum_c p_c V[st][c][h / gqa] in order.
  * q: float[n_q][n_head][hd_k]; k: [n_stream][kv_size][n_head_kv][hd_k], v: [..][hd_v], f32 or f16
- * (k_type/v_type UB_DT_F32/UB_DT_F16); row_stream: int32[n_q]; off, cells: lists as ub_attn_visible
+ * (k_type/v_type UB_T_F32/UB_T_F16); row_stream: int32[n_q]; off, cells: lists as ub_attn_visible
  * builds them; out: float[n_q][n_head][hd_v]. An f16 K rounds q to f16 first, an f16 V rounds p to f16
  * (llama.cpp's non-flash path). A row with no visible cell gets zeros. Work is split over (row, kv head)
  * among n_threads; each output element is computed by one thread by the same operations whatever the

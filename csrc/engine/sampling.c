@@ -1,13 +1,17 @@
 /* Token sampling (see ub_sampling.h): per request, the k best candidates of the penalised logits are found
  * in one pass over the row (a bounded min-heap; an AVX2 pass skips blocks of 8 logits below the heap's worst
  * value), sorted, cut by top-p and min-p, scaled by the temperature and drawn from with a counter-based
- * random number. Requests are independent: each one reads its own row and writes only its own outputs. */
+ * random number. Requests are independent: each one reads its own row and writes only its own outputs, so the
+ * participants of the shared thread pool (ub_pool.h) take them one at a time in any order and the results never
+ * depend on the thread count. The SIMD paths are chosen with the one CPU detection (ub_cpu.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "ub_sampling.h"
 #include "ub_common.h"
+#include "ub_cpu.h"
+#include "ub_pool.h"
 
 #include <math.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -86,13 +90,14 @@ __attribute__((target("avx2"))) static void scan_avx2(const float *x, int32_t nv
 }
 #endif
 
-static int g_have_avx2 = -1;
 static int g_force_plain;             /* tests: 1 = use the plain-C paths (ub_sample_force_plain) */
+
+/* 1 when the AVX2 (use_avx2) or AVX2 + FMA (use_avx2_fma) loops are to run. */
+static int use_avx2(void) { return ub_cpu_has(UB_CPU_AVX2) && !g_force_plain; }
 
 static void scan(const float *x, int32_t nv, const uint8_t *skip, topk *h) {
 #ifdef UB_SAMPLE_X86
-    if (g_have_avx2 < 0) g_have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-    if (g_have_avx2 && !g_force_plain) { scan_avx2(x, nv, skip, h); return; }
+    if (use_avx2()) { scan_avx2(x, nv, skip, h); return; }
 #endif
     scan_plain(x, 0, nv, skip, h);
 }
@@ -240,22 +245,13 @@ __attribute__((target("avx2,fma"))) static double sumexp_avx2(const float *x, in
 }
 #endif
 
-static int g_have_fma = -1;
-
 int ub_sample_force_plain(int on) {
     int was = g_force_plain;
     g_force_plain = on ? 1 : 0;
     return was;
 }
 
-static int use_avx2_fma(void) {
-#ifdef UB_SAMPLE_X86
-    if (g_have_fma < 0) g_have_fma = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 1 : 0;
-    return g_have_fma && !g_force_plain;
-#else
-    return 0;
-#endif
-}
+static int use_avx2_fma(void) { return ub_cpu_has(UB_CPU_AVX2 | UB_CPU_FMA) && !g_force_plain; }
 
 static float row_max(const float *x, int32_t nv) {
 #ifdef UB_SAMPLE_X86
@@ -309,12 +305,16 @@ typedef struct {
     const float *bias_val; const uint64_t *seed; const uint64_t *counter;
     int32_t n_logprobs; int32_t *out_tok; float *out_lp; int32_t *out_top_id; float *out_top_lp;
     int32_t cap;              /* candidates a scratch buffer holds */
-    int32_t i0, i1;           /* requests of this worker */
-    int rc;
+    int32_t n;                /* requests */
+    int marks;                /* some request has a logit bias or penalties: the scratch needs flag/cnt/bias/... */
+    atomic_llong next;        /* the next request to take (participants share them dynamically) */
+    atomic_llong done;        /* requests sampled */
 } job;
 
-/* Per-thread scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count in
- * the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request. */
+/* Per-participant scratch, n_vocab long, all zero between requests: flag (1 biased, 2 penalised), the token's count
+ * in the penalty window, its bias, its modified logit; `marked` lists the distinct flagged tokens of a request.
+ * flag, cnt, bias, vmod and marked are NULL when no request of the call has a bias or a penalty (never read then:
+ * every use is behind n_marked > 0). */
 typedef struct { cand *cands; uint8_t *flag; int32_t *cnt; float *bias; float *vmod; int32_t *marked;
                  float *clean; } scratch;   /* clean: float[n_vocab], a row with its NaNs as -inf */
 
@@ -366,8 +366,7 @@ __attribute__((target("avx2"))) static int has_nan_avx2(const float *x, int32_t 
 static const float *nan_free_row(const float *x, int32_t nv, scratch *S) {
     int nan;
 #ifdef UB_SAMPLE_X86
-    if (g_have_avx2 < 0) g_have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-    nan = (g_have_avx2 && !g_force_plain) ? has_nan_avx2(x, nv) : has_nan_plain(x, nv);
+    nan = use_avx2() ? has_nan_avx2(x, nv) : has_nan_plain(x, nv);
 #else
     nan = has_nan_plain(x, nv);
 #endif
@@ -506,21 +505,32 @@ static void sample_one(const job *J, int32_t i, scratch *S) {
     }
 }
 
-static void *run_job(void *arg) {
-    job *J = (job *)arg;
+/* Work function of the pool (ub_pool_fn): participant w (unused: every participant is alike) allocates its
+ * n_vocab-long scratch (owned and freed here), then takes requests from J->next until none is left. A participant
+ * that cannot allocate takes none and leaves them to the others; ub_sample reports UB_E_NOMEM when some request
+ * was never taken. */
+static void sample_work(void *ctx, int w) {
+    job *J = (job *)ctx;
+    (void)w;
     scratch S;
+    const size_t nv = (size_t)J->n_vocab;
+    memset(&S, 0, sizeof S);
     S.cands = (cand *)malloc((size_t)J->cap * sizeof(cand));
-    S.flag = (uint8_t *)calloc((size_t)J->n_vocab, 1);
-    S.cnt = (int32_t *)calloc((size_t)J->n_vocab, sizeof(int32_t));
-    S.bias = (float *)calloc((size_t)J->n_vocab, sizeof(float));
-    S.vmod = (float *)malloc((size_t)J->n_vocab * sizeof(float));
-    S.marked = (int32_t *)malloc((size_t)J->n_vocab * sizeof(int32_t));
-    S.clean = (float *)malloc((size_t)J->n_vocab * sizeof(float));     /* touched only for a row with NaNs */
-    if (S.cands && S.flag && S.cnt && S.bias && S.vmod && S.marked && S.clean) {
-        for (int32_t i = J->i0; i < J->i1; i++) sample_one(J, i, &S);
-        J->rc = UB_OK;
-    } else {
-        J->rc = UB_E_NOMEM;
+    S.clean = (float *)malloc(nv * sizeof(float));     /* touched only for a row with NaNs */
+    if (J->marks) {  /* calloc'd memory is zeroed page by page: ~1.4 MB for 150k tokens, only when needed */
+        S.flag = (uint8_t *)calloc(nv, 1);
+        S.cnt = (int32_t *)calloc(nv, sizeof(int32_t));
+        S.bias = (float *)calloc(nv, sizeof(float));
+        S.vmod = (float *)malloc(nv * sizeof(float));
+        S.marked = (int32_t *)malloc(nv * sizeof(int32_t));
+    }
+    if (S.cands && S.clean && (!J->marks || (S.flag && S.cnt && S.bias && S.vmod && S.marked))) {
+        for (;;) {
+            const long long i = atomic_fetch_add(&J->next, 1);
+            if (i >= J->n) break;
+            sample_one(J, (int32_t)i, &S);
+            atomic_fetch_add(&J->done, 1);
+        }
     }
     free(S.cands);
     free(S.flag);
@@ -529,7 +539,6 @@ static void *run_job(void *arg) {
     free(S.vmod);
     free(S.marked);
     free(S.clean);
-    return NULL;
 }
 
 int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, const int32_t *row,
@@ -565,29 +574,16 @@ int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, c
             if (bias_tok[b] < 0 || bias_tok[b] >= n_vocab || isnan(bias_val[b])) return UB_E_ARG;
     }
 
-    job base = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, bias_off,
-                 bias_tok, bias_val, seed, counter,
-                 n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, 0, n, UB_OK };
+    job J = { logits, n_vocab, row, temperature, top_k, top_p, min_p, penalty, pen_off, pen_tok, bias_off,
+              bias_tok, bias_val, seed, counter,
+              n_logprobs, out_tok, out_lp, out_top_id, out_top_lp, cap, n, 0, 0, 0 };
     int32_t nt = n_threads < 1 ? 1 : n_threads;
     if (nt > n) nt = n;
-    if (nt > 64) nt = 64;
-    if ((int64_t)n * n_vocab < (1 << 18)) nt = 1;     /* too little work to pay for a thread */
-    if (nt == 1) { run_job(&base); return base.rc; }
-    job jobs[64];
-    pthread_t th[64];
-    int started[64] = {0};
-    for (int32_t t = 0; t < nt; t++) {
-        jobs[t] = base;
-        jobs[t].i0 = (int32_t)((int64_t)n * t / nt);
-        jobs[t].i1 = (int32_t)((int64_t)n * (t + 1) / nt);
-        if (t > 0) started[t] = pthread_create(&th[t], NULL, run_job, &jobs[t]) == 0;
-    }
-    run_job(&jobs[0]);
-    int rc = jobs[0].rc;
-    for (int32_t t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        else run_job(&jobs[t]);                   /* no thread: do its share here */
-        if (jobs[t].rc != UB_OK) rc = jobs[t].rc;
-    }
-    return rc;
+    if (nt > UB_POOL_MAX) nt = UB_POOL_MAX;
+    if ((int64_t)n * n_vocab < (1 << 18)) nt = 1;     /* too little work to pay for a second participant */
+    J.marks = (bias_off && bias_off[n] > 0) || pen_off[n] > 0;
+    atomic_init(&J.next, 0);
+    atomic_init(&J.done, 0);
+    ub_pool_run(sample_work, &J, nt);
+    return atomic_load(&J.done) == n ? UB_OK : UB_E_NOMEM;
 }

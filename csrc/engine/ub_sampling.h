@@ -27,7 +27,8 @@
  *               token and out_top_id / out_top_lp [n][k] the k most probable tokens of the raw logits
  *               (descending, lowest id first on ties); the out_* pointers may be NULL when n_logprobs < 0
  *   out_tok     int32[n] (caller-owned)
- *   n_threads   requests are split over up to n_threads threads (results do not depend on it)
+ *   n_threads   participants of the shared thread pool (ub_pool.h) that take requests (results do not
+ *               depend on it)
  * Returns UB_OK, UB_E_ARG (a bad size, row or token id; nothing written) or UB_E_NOMEM. */
 int ub_sample(const float *logits, int64_t n_rows, int32_t n_vocab, int32_t n, const int32_t *row,
               const float *temperature, const int32_t *top_k, const float *top_p, const float *min_p,

@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include "ub_common.h"
 #include "ub_tok.h"
-#include "ub_compat.h"
 
 /* cdef:begin */
 typedef struct ub_gvocab ub_gvocab;

@@ -1,4 +1,4 @@
-"""Prefix reuse in the drop-in's batched paths (`Llama(..., n_seq_max=N)`, ubatch/llama_cpp/_prefix.py) on the tiny
+"""Prefix reuse in the drop-in's batched paths (`Llama(..., n_seq_max=N)`, the engine's prefix cache) on the tiny
 model with a byte vocabulary: completions are identical with and without it (greedy and seeded, n > 1, prompts
 sharing a long prefix, a second turn that re-sends the first), the cached prefixes are reused (hits, tokens saved),
 a full KV cache evicts them instead of failing (also for the single-sequence path), and a cleared KV cache does not
@@ -90,8 +90,8 @@ def test_load_state_resets_the_cached_prefixes():
     st = llm.save_state()
     llm.create_completion(p, max_tokens=4, temperature=0.0)
     pre = llm._parallel.prefix
-    assert pre.tokens
+    assert pre.stats()["prefix_cache_entries"]
     llm.load_state(st)
-    assert not pre.tokens and len(pre.free) == 256 - 2
+    assert pre.stats()["prefix_cache_entries"] == 0 and len(pre.holders) == 256 - 2
     assert ([c["text"] for c in llm.create_completion(p, max_tokens=4, temperature=0.0)["choices"]]
             == [c["text"] for c in ref.create_completion(p, max_tokens=4, temperature=0.0)["choices"]])

@@ -195,7 +195,7 @@ def test_one_decode_per_step_with_every_generating_sequence():
         eng.add_request(p, SamplingParams(max_tokens=6))
     while eng.has_unfinished_requests():
         calls = eng.statistics.decode_calls
-        running = sum(1 for s in eng._active.values() if s.state == "generating")
+        running = sum(1 for s in eng.scheduler.active.values() if s.state == "generating")
         eng.step()
         assert eng.statistics.decode_calls - calls <= 1
         if running:

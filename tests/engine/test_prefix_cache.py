@@ -41,7 +41,7 @@ def check_accounting(eng: LLMEngine) -> None:
         assert kv.seq_pos_max(key) == n - 1, (key, n)
         if n:
             assert kv.seq_pos_min(key) == 0 or pc.iswa
-    live = set(eng._active) | set(pc.src)
+    live = set(eng.scheduler.active) | set(pc.src)
     for cache in ((kv.base, kv.swa) if pc.iswa else (kv,)):
         assert set(np.flatnonzero(cache.seq_counts(kv.n_seq)).tolist()) <= live
     assert pc.cached_cells() == eng.stats()["prefix_cache_cells"]

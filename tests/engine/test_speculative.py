@@ -222,7 +222,7 @@ def test_opt_out_draws_no_draft_rows_and_kv_tracks_plain_every_step():
         eng.add_request(p, SamplingParams(max_tokens=40))
     while eng.has_unfinished_requests():
         eng.step()
-        for sid, s in eng._active.items():
+        for sid, s in eng.scheduler.active.items():
             assert eng.ctx.memory.used(sid) == s.n_past
             assert eng.ctx.memory.seq_pos_max(sid) == s.n_past - 1
     assert eng.stats()["draft_accepted"] > 0

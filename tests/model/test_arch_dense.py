@@ -417,7 +417,7 @@ def test_fused_layer_options_refuse_bad_combinations(tmp_path_factory):
     keepalive = [ffi.from_buffer("uint8_t[]", k), ffi.from_buffer("uint8_t[]", v), ffi.from_buffer("int64_t[]", dst),
                  ffi.from_buffer("int32_t[]", rs), ffi.from_buffer("int32_t[]", off), ffi.from_buffer("int32_t[]", cells)]
     kv.k, kv.v, kv.dst, kv.row_stream, kv.off, kv.cells = keepalive
-    kv.k_type = kv.v_type = lib.UB_DT_F32
+    kv.k_type = kv.v_type = lib.UB_T_F32
     kv.n_stream, kv.kv_size = 1, 4
     for change, msg in ((lambda b: setattr(b, "k_norm", ffi.NULL), "q_norm and k_norm go together"),
                         (lambda b: setattr(b, "qk_norm_full", 2), "qk_norm_full must be 0 or 1"),

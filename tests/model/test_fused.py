@@ -158,7 +158,7 @@ def test_fused_layer_errors_name_the_culprit(tiny):
     keepalive = [ffi.from_buffer("uint8_t[]", k), ffi.from_buffer("uint8_t[]", v), ffi.from_buffer("int64_t[]", dst),
                  ffi.from_buffer("int32_t[]", rs), ffi.from_buffer("int32_t[]", off), ffi.from_buffer("int32_t[]", cells)]
     kv.k, kv.v, kv.dst, kv.row_stream, kv.off, kv.cells = keepalive
-    kv.k_type = kv.v_type = lib.UB_DT_F32
+    kv.k_type = kv.v_type = lib.UB_T_F32
     kv.n_stream, kv.kv_size = 1, 4
     with pytest.raises(ValueError, match=r"wq must map"):
         fused.layer_forward(bad, kv, x, pos, None, 1)

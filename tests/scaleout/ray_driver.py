@@ -65,9 +65,17 @@ def sweep(netns: str) -> int:
 
 
 def replica_pids():
+    """This cluster's Serve replica processes: those of this network namespace only (another Ray cluster on the
+    machine, e.g. a second test run, has replicas with the same command line)."""
+    netns = os.readlink("/proc/self/ns/net")
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{d}/ns/net") != netns:
+                continue
+        except OSError:
             continue
         try:
             with open(f"/proc/{d}/cmdline", "rb") as f:

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REF_JSON = os.path.join(HERE, "data", "realmodel_llama_cpp_decode.json")
 FILES = {"gemma3-270m": "gemma-3-270m-q4_k_m.gguf", "qwen2.5-0.5b": "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf"}
 PROMPT, STEPS, PREFILL = 128, 32, 512
+THREADS = 2   # both sides (--threads)
 
 
 def _ctx_for(B: int, unified: bool) -> dict:
@@ -44,7 +45,7 @@ def ubatch_prefill(m, reps: int) -> float:
     toks = _prompts(m.n_vocab, 1, PREFILL)[0]
     times = []
     for _ in range(reps):
-        ctx = ubatch.Context(m, n_ctx=PREFILL, n_batch=PREFILL, n_ubatch=PREFILL, n_threads=2)
+        ctx = ubatch.Context(m, n_ctx=PREFILL, n_batch=PREFILL, n_ubatch=PREFILL, n_threads=THREADS)
         b = ubatch.Batch.from_arrays(tokens=toks, pos=list(range(PREFILL)), seq_ids=[0] * PREFILL,
                                      output=[0] * (PREFILL - 1) + [1])
         t = time.perf_counter()
@@ -58,7 +59,7 @@ def ubatch_decode(m, B: int, unified: bool, reps: int, shared: bool = False) -> 
     prompts = _prompts(m.n_vocab, B, PROMPT)
     times = []
     for _ in range(reps):
-        ctx = ubatch.Context(m, n_threads=2, **_ctx_for(B, unified))
+        ctx = ubatch.Context(m, n_threads=THREADS, **_ctx_for(B, unified))
         for s, p in enumerate(prompts[:1] if shared else prompts):   # prompts untimed, one call per sequence
             ctx.decode(ubatch.Batch.from_arrays(tokens=p, pos=list(range(PROMPT)), seq_ids=[s] * PROMPT,
                                                 output=[0] * (PROMPT - 1) + [1]))
@@ -95,7 +96,7 @@ class LlamaCpp:
         L = self.L
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx, n_batch, n_ubatch, n_seq_max
-        cp.n_threads = cp.n_threads_batch = 2
+        cp.n_threads = cp.n_threads_batch = THREADS
         cp.type_k = cp.type_v = L.GGML_TYPE_F32
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         cp.kv_unified = kv_unified
@@ -201,11 +202,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--quant", default=None, help="time a copy of each model re-quantised by llama.cpp to this file "
                     "type (IQ4_XS, IQ3_S, ...: ubatch.bench.quantised) instead of the file itself")
+    ap.add_argument("--threads", type=int, default=2, help="threads of both sides (default 2; 1 on a machine "
+                    "whose cores are oversubscribed: llama.cpp's spinning thread barrier collapses there)")
     ap.add_argument("--shared-prompt", action="store_true",
                     help="decode one 128-token prompt and seq_cp it to the B sequences (both sides): the same "
                          "decode work per step with per-seq KV (each stream holds its copy), less attention work "
                          "with unified KV (shared cells); saves the B x 128 prompt tokens on a busy machine")
     a = ap.parse_args(argv)
+    global THREADS
+    THREADS = a.threads
     from ubatch.model import fetch
     from ubatch.model.model import Model
     live_ok = False

@@ -73,7 +73,13 @@ def record(path: str, tokens: Optional[List[List[int]]] = None) -> Dict:
     the spread, margin motion, disagreement margin and per-row minimum margins over the configurations."""
     from ubatch.bench.models_bench import LlamaCpp
     lc = LlamaCpp(path)
-    tokens = tokens or _tokens(path)
+    try:
+        return _record(lc, path, tokens or _tokens(path))
+    finally:
+        lc.L.llama_model_free(lc.model)
+
+
+def _record(lc, path: str, tokens: List[List[int]]) -> Dict:
     out: Dict = {"file": os.path.basename(path), "sha256": sha256(path), "configs": list(CONFIGS), "prompts": []}
     spread = motion = diverge = 0.0
     for toks in tokens:

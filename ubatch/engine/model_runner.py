@@ -142,8 +142,8 @@ class Step:
         c = ent[0]
         k, v = w.store.k[il], w.store.v[il]
         c.k, c.v = w.store.ptr(il, "k"), w.store.ptr(il, "v")
-        c.k_type = lib.UB_DT_F16 if k.dtype == np.float16 else lib.UB_DT_F32
-        c.v_type = lib.UB_DT_F16 if v.dtype == np.float16 else lib.UB_DT_F32
+        c.k_type = lib.UB_T_F16 if k.dtype == np.float16 else lib.UB_T_F32
+        c.v_type = lib.UB_T_F16 if v.dtype == np.float16 else lib.UB_T_F32
         return c
 
     def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,

@@ -40,8 +40,7 @@ import numpy as np
 
 from ubatch.common.errors import UbatchError
 from ubatch.engine.prefix_index import BlockIndex, common_prefix
-
-PROMPT, GEN = "prompt", "generating"     # the engine's states (llm_engine.py)
+from ubatch.engine.sequence import GEN, PROMPT
 
 
 class _Src:
@@ -154,6 +153,11 @@ class PrefixCache:
         except (UbatchError, ValueError):
             return False
 
+    def _intact(self, key: int, n: int) -> bool:
+        """Does cached sequence `key` still hold positions 0 .. n - 1? (Always, unless the KV cache was cleared or
+        edited by someone else, as the llama.cpp API lets a drop-in user do.)"""
+        return self.base.seq_pos_min(key) == 0 and self.base.seq_pos_max(key) == n - 1
+
     def _plan(self, s) -> tuple:
         """The best reuse for lead sequence s: ("none",), ("stream", key, L), ("copy", key, L) or
         ("wait", leader seq, leader id, L)."""
@@ -167,6 +171,9 @@ class PrefixCache:
         for key in cands[-32:]:
             src = self.src.get(key)
             if src is None or src.seq is s:
+                continue
+            if src.seq is None and not self._intact(key, len(src.tokens)):
+                self._evict(key)                 # its cells were removed behind the cache's back
                 continue
             L = min(common_prefix(prompt, src.tokens), P - 1)
             if L < B:
@@ -362,6 +369,19 @@ class PrefixCache:
         """Drops every cached sequence (running ones stay indexed)."""
         for s in self._cached():
             self._evict(s.key)
+
+    def forget(self) -> None:
+        """The KV cache was replaced wholesale (a state load): the cached entries are dropped from the index and
+        every holder id is emptied (whatever cells it has now are not the index's)."""
+        for s in self._cached():
+            self._unregister(s.key)
+            if not self.unified:
+                self.kv.seq_rm(s.key)
+        if self.unified:
+            for h in range(self.n_seq_max, self.kv.n_seq):
+                self.kv.seq_rm(h)
+            self.holders = list(range(self.n_seq_max, self.kv.n_seq))
+            heapq.heapify(self.holders)
 
 
 __all__ = ["PrefixCache"]

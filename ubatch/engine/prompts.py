@@ -28,6 +28,18 @@ class WorkItem:
     prompt_id: int = -1
 
 
+def parse_range(text: str, name: str = "range") -> Tuple[int, int]:
+    """'8-48' -> (8, 48); '16' -> (16, 16) (the --prompt-len / --gen-len ranges)."""
+    parts = str(text).replace(":", "-").split("-")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or lo < 1 or hi < lo:
+        raise ValueError(f"{name} must be N or LO-HI with 1 <= LO <= HI, got {text!r}")
+    return lo, hi
+
+
 def make_workload(n: int, *, seed: int = 0, gen_len: Tuple[int, int] = (16, 48),
                   prompt_len: Optional[Tuple[int, int]] = None, n_vocab: int = 256) -> List[WorkItem]:
     """n requests from one seeded generator: prompts drawn from the shipped set (a seeded permutation, repeated
@@ -52,4 +64,4 @@ def make_workload(n: int, *, seed: int = 0, gen_len: Tuple[int, int] = (16, 48),
     return items
 
 
-__all__ = ["PROMPTS_PATH", "WorkItem", "load_prompts", "make_workload"]
+__all__ = ["PROMPTS_PATH", "WorkItem", "load_prompts", "make_workload", "parse_range"]

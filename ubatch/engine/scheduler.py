@@ -1,134 +1,180 @@
-"""The token-level scheduler of `ubatch.engine.batcher`: requests, sequence slots and each step's batch content (no model,
-no KV cache). See ubatch/engine/batcher.py for the step it is used in."""
+"""The engine's scheduler: the waiting queue, the sequence ids, admission, preemption and each step's batch rows
+(no decoding, no sampling: llm_engine.py does those).
+
+- admission: waiting requests take free sequence ids, first come first served (a request with n completions
+  takes n ids at once). With one shared KV stream a request is admitted only when the free cells can hold its
+  prompt besides what the running sequences still have to place (unless nothing runs);
+- the batch: the pending sampled token of every generating sequence (plus draft rows when drafting), then chunks
+  of the admitted prompts up to n_batch tokens, both in sequence-id order; only a prompt's last token is an
+  output;
+- preemption (a single token that does not fit): the most recently admitted sequence's cells are freed and it
+  goes back to the head of the queue with everything it generated, to be recomputed later (bitwise identical
+  thanks to batch invariance).
+"""
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from dataclasses import dataclass
-from typing import Deque, List, Sequence
+from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ubatch.engine.request import FINISHED, EVICTED, GENERATING, PROMPT, REJECTED, Request
+from ubatch.engine.engine_stats import EngineStats
+from ubatch.engine.sequence import FORK, GEN, PROMPT, WAITING, Request, Seq
 
-@dataclass
-class StepBatch:
-    """The content of one step's batch: parallel arrays, one entry per row."""
-
-    tokens: np.ndarray      # int32[n]
-    pos: np.ndarray         # int32[n]
-    seq: np.ndarray         # int32[n]
-    output: np.ndarray      # int8[n]
-    req: np.ndarray         # int32[n]: index into Scheduler.requests
-    prompt: np.ndarray      # bool[n]: True for prompt tokens, False for decode tokens
-
-    def __len__(self) -> int:
-        return int(self.tokens.shape[0])
-
-    def without(self, start: int, req_indices) -> "StepBatch":
-        """The rows [0, start) plus the rows from `start` on that belong to none of req_indices."""
-        keep = np.ones(len(self), bool)
-        keep[start:] = ~np.isin(self.req[start:], np.asarray(req_indices, np.int32))
-        return StepBatch(*(a[keep] for a in (self.tokens, self.pos, self.seq, self.output, self.req, self.prompt)))
+Rows = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, List[Seq], np.ndarray, np.ndarray]
 
 
 class Scheduler:
-    """Requests, sequence slots and batch building; knows nothing about the model or the KV cache."""
+    """Sequence ids and the queue of one engine. kv: its memory; prefix: its PrefixCache or None; spec: its
+    EngineSpeculator or None (both may be set after construction)."""
 
-    def __init__(self, requests: Sequence[Request], *, n_seq_max: int, n_ctx_seq: int) -> None:
-        self.requests: List[Request] = list(requests)
-        self.n_ctx_seq = int(n_ctx_seq)
-        self.waiting: Deque[int] = deque(range(len(self.requests)))
-        self.free: List[int] = list(range(int(n_seq_max)))       # min-heap of free sequence ids
-        self.active: List[int] = []                             # request indices, by sequence id
+    def __init__(self, kv, n_seq_max: int, n_batch: int, statistics: EngineStats) -> None:
+        self.kv = kv
+        self.n_batch = int(n_batch)
+        self.statistics = statistics
+        self.prefix = None
+        self.spec = None
+        self.free: List[int] = list(range(int(n_seq_max)))          # min-heap of free sequence ids
+        self.active: Dict[int, Seq] = {}                             # seq id -> running sequence
+        self.waiting: Deque[Tuple[Request, List[Seq]]] = deque()     # admission units
+        self._stamp = itertools.count(1)
 
-    @property
-    def finished(self) -> bool:
-        return not self.waiting and not self.active
+    # ------------------------------------------------------------------ the queue
+    def add(self, req: Request) -> None:
+        self.waiting.append((req, list(req.seqs)))
 
-    def admit(self) -> List[Request]:
-        """Moves waiting requests into free sequence ids; returns the ones rejected on the way."""
-        rejected = []
-        while self.waiting and self.free:
-            i = self.waiting.popleft()
-            r = self.requests[i]
-            if len(r.prompt) == 0 or len(r.prompt) >= self.n_ctx_seq:
-                r.status, r.finish_reason = REJECTED, "rejected"
-                r.message = (f"request {r.rid}: prompt of {len(r.prompt)} tokens does not fit the context of a "
-                             f"sequence ({self.n_ctx_seq} cells)")
-                rejected.append(r)
-                continue
-            r.seq_id = heapq.heappop(self.free)
-            r.status = PROMPT
-            self.active.append(i)
-            self.active.sort(key=lambda j: self.requests[j].seq_id)
-        return rejected
+    def drop(self, req: Request) -> None:
+        """Takes req out of the queue and its running sequences out of the KV cache."""
+        self.waiting = deque(u for u in self.waiting if u[0] is not req)
+        for s in req.seqs:
+            if s.seq_id >= 0:
+                self.release(s)
 
-    def build(self, n_batch: int) -> StepBatch:
-        """One decode token per generating request, then prompt chunks up to n_batch tokens; both passes go
-        through the sequences in id order, as the server goes through its slots."""
-        d_tok: List[int] = []
-        d_pos: List[int] = []
-        d_seq: List[int] = []
-        d_idx: List[int] = []
-        for i in self.active:
-            r = self.requests[i]
-            if r.status == GENERATING and r.pending is not None:
-                d_tok.append(r.pending); d_pos.append(r.n_past); d_seq.append(r.seq_id); d_idx.append(i)
-                r.n_past += 1
-                r.pending = None
-        nd = len(d_tok)
-        tok = [np.array(d_tok, np.int32)]
-        pos = [np.array(d_pos, np.int32)]
-        seq = [np.array(d_seq, np.int32)]
-        idx = [np.array(d_idx, np.int32)]
-        out = [np.ones(nd, np.int8)]
-        n = nd
-        for i in self.active:
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.active)
+
+    def waiting_ids(self) -> set:
+        return {u[0].rid for u in self.waiting}
+
+    def n_waiting(self) -> int:
+        return sum(len(u[1]) for u in self.waiting)
+
+    # ------------------------------------------------------------------ sequence slots
+    def release(self, s: Seq) -> None:
+        """s leaves the KV cache (its cells may stay as a prefix-cache entry) and gives its sequence id back."""
+        if s.spec is not None and s.spec.draft is not None and s.seq_id >= 0:
+            self.kv.seq_rm(s.seq_id, s.n_past, -1)      # draft rows past its last token: as without a draft
+        if self.prefix is not None:
+            self.prefix.release(s)
+        else:
+            self.kv.seq_rm(s.seq_id)
+        del self.active[s.seq_id]
+        heapq.heappush(self.free, s.seq_id)
+        s.seq_id = -1
+        s.n_past = 0
+
+    def _room(self, unit: List[Seq]) -> bool:
+        """With one shared stream: do the free cells hold this unit's tokens besides what the running sequences
+        still have to place? (Per-sequence streams always have room: a sequence never outgrows its stream.)"""
+        if self.kv.n_stream > 1 or not self.active:
+            return True
+        pending = sum(s.n_tokens - s.n_past for s in self.active.values() if s.state != FORK)
+        need = unit[0].n_tokens + sum(1 for s in unit[1:])
+        used = self.kv.used(0)
+        if self.prefix is not None and used + pending + need > self.kv.size:
+            used -= self.prefix.cached_cells()      # cells held only by the prefix cache are evicted on demand
+        return used + pending + need <= self.kv.size
+
+    def admit(self) -> None:
+        while self.waiting:
+            req, unit = self.waiting[0]
+            if len(unit) > len(self.free) or not self._room(unit):
+                break
+            self.waiting.popleft()
+            first = req.times.ub_admitted < 0
+            if first:
+                req.times.ub_admitted = self.statistics.n_ubatches
+            stamp = next(self._stamp)
+            for k, s in enumerate(unit):
+                s.seq_id = (heapq.heappop(self.free) if self.prefix is None
+                            else self.prefix.take_id(self.free, s, k == 0))
+                s.stamp = stamp
+                s.n_past = 0
+                s.state = PROMPT if k == 0 else FORK
+                self.active[s.seq_id] = s
+            if first:
+                req.times.seq_id = unit[0].seq_id
+            if self.prefix is not None:
+                self.prefix.start(unit[0])           # the longest cached prefix, or a wait for a running one
+
+    def preempt(self) -> List[Seq]:
+        """Frees the most recently admitted running sequence (with its fork group if it has not forked yet) and
+        puts it back at the head of the queue; returns the sequences removed ([] when nothing can be)."""
+        if len(self.active) <= 1:
+            return []
+        victim = max(self.active.values(), key=lambda s: (s.stamp, s.index))
+        group = [victim]
+        if victim.state in (PROMPT, FORK):     # not forked yet: the lead and its forks go back together
+            unit = [s for s in self.active.values() if s.stamp == victim.stamp and s.state in (PROMPT, FORK)]
+            if any(s.state == FORK for s in unit):
+                group = sorted(unit, key=lambda s: (s.state != PROMPT, s.index))
+        for s in group:
+            self.release(s)
+            s.state = WAITING
+        self.waiting.appendleft((victim.req, group))
+        self.statistics.preemptions += 1
+        self.statistics.event("preempted", f"request {victim.req.rid} (completion {victim.index}) preempted: its "
+                                           f"KV cells were freed, it will recompute them")
+        return group
+
+    # ------------------------------------------------------------------ one step's rows
+    def build(self) -> Rows:
+        """The step's rows: (tokens, pos, seq ids, output flags, owners, owner index per row, prompt flag)."""
+        n_batch = self.n_batch
+        seqs = [self.active[k] for k in sorted(self.active)]
+        owners: List[Seq] = []
+        dec = [s for s in seqs if s.state == GEN]
+        if self.spec is not None:        # the pending token, plus draft rows for the sequences that draft
+            self.spec.plan(dec, min(n_batch - len(dec), sum(s.n_tokens - s.n_past for s in seqs if s.state == PROMPT)))
+            t_, p_, o_, _ = self.spec.decode_rows(dec)
+            tok, pos, own, out = [t_], [p_], [o_], [np.ones(len(t_), np.int8)]
+        else:
+            tok = [np.array([s.generated[-1] for s in dec], np.int32)]
+            pos = [np.array([s.n_past for s in dec], np.int32)]
+            own = [np.arange(len(dec), dtype=np.int32)]
+            out = [np.ones(len(dec), np.int8)]
+            for s in dec:
+                s.n_past += 1
+        owners.extend(dec)
+        n = n_dec = len(tok[0])
+        for s in seqs:
             if n >= n_batch:
                 break
-            r = self.requests[i]
-            if r.status != PROMPT or r.n_past >= len(r.prompt):
+            if s.state != PROMPT:
                 continue
-            k = min(n_batch - n, len(r.prompt) - r.n_past)
-            p0 = r.n_past
-            tok.append(r.prompt[p0:p0 + k]); pos.append(np.arange(p0, p0 + k, dtype=np.int32))
-            seq.append(np.full(k, r.seq_id, np.int32))
+            k = min(n_batch - n, s.n_tokens - s.n_past)
+            if self.prefix is not None:
+                k = self.prefix.cap(s, k)
+            if k <= 0:
+                continue
+            p0 = s.n_past
+            tok.append(s.tokens(p0, p0 + k))
+            pos.append(np.arange(p0, p0 + k, dtype=np.int32))
+            own.append(np.full(k, len(owners), np.int32))
             o = np.zeros(k, np.int8)
-            if p0 + k == len(r.prompt):
+            if p0 + k == s.n_tokens:
                 o[-1] = 1
-            out.append(o); idx.append(np.full(k, i, np.int32))
-            r.n_past += k
+            out.append(o)
+            owners.append(s)
+            s.n_past += k
             n += k
         prompt = np.ones(n, bool)
-        prompt[:nd] = False
-        if len(tok) == 1:
-            return StepBatch(tok[0], pos[0], seq[0], out[0], idx[0], prompt)
-        return StepBatch(np.concatenate(tok), np.concatenate(pos), np.concatenate(seq), np.concatenate(out),
-                         np.concatenate(idx), prompt)
-
-    def on_token(self, i: int, token: int) -> bool:
-        """Records a sampled token of request i; returns True when the request is now finished."""
-        r = self.requests[i]
-        r.generated.append(int(token))
-        if len(r.generated) >= r.max_new:
-            self._release(i, FINISHED, "length")
-            return True
-        if r.n_past >= self.n_ctx_seq:
-            self._release(i, FINISHED, "context",
-                          f"request {r.rid}: stopped at the context limit ({self.n_ctx_seq} tokens)")
-            return True
-        r.status, r.pending = GENERATING, int(token)
-        return False
-
-    def evict(self, i: int, message: str) -> None:
-        self._release(i, EVICTED, "evicted", message)
-
-    def _release(self, i: int, status: str, reason: str, message: str = "") -> None:
-        r = self.requests[i]
-        r.status, r.finish_reason, r.message, r.pending = status, reason, message, None
-        self.active.remove(i)
-        heapq.heappush(self.free, r.seq_id)
+        prompt[:n_dec] = False
+        own_a = np.concatenate(own)
+        seq_ids = np.array([s.seq_id for s in owners], np.int32)[own_a] if owners else np.zeros(0, np.int32)
+        return np.concatenate(tok), np.concatenate(pos), seq_ids, np.concatenate(out), owners, own_a, prompt
 
 
-__all__ = ["Scheduler", "StepBatch"]
+__all__ = ["Scheduler"]

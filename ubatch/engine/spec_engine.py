@@ -223,6 +223,24 @@ class EngineSpeculator:
                 keep[r[1:]] = False
         return keep
 
+    def add_rows(self, sb, seqs: List, spec_at: Dict[int, int], s, j: int) -> int:
+        """The engine's sampling entries (sb: its SampleBatch) for the k + 1 rows (from output row j) of s's drafted
+        decode: row r is sampled at counter len(generated) + r with the penalty window plain decoding would have
+        after d1..dr; spec_at[entry of the first row] = k + 1. Returns the output row after them."""
+        d = s.spec.draft
+        p = s.req.params
+        hist = s.history(p.repeat_last_n) if p.penalised else None
+        spec_at[len(seqs)] = len(d) + 1
+        for r in range(len(d) + 1):
+            h = None
+            if hist is not None:
+                h = np.concatenate([hist, d[:r]]) if r else hist
+                if p.repeat_last_n >= 0:
+                    h = h[max(len(h) - p.repeat_last_n, 0):]
+            sb.add(j + r, p, s.seed, len(s.generated) + r, h)
+            seqs.append(s)
+        return j + len(d) + 1
+
     def drop_drafts(self, owners: List) -> None:
         """The drafted decode was refused (full KV cache): the sequences go back to one row each."""
         for s in owners:
@@ -235,7 +253,7 @@ class EngineSpeculator:
         """Accepts the samples toks (int32[k + 1], rows in order) of s's drafted rows while each equals the
         next draft token, each emitted through the engine's _on_token; the rejected rows leave the KV cache.
         Returns the number of tokens emitted."""
-        from ubatch.engine.llm_engine import DONE
+        from ubatch.engine.sequence import DONE
         eng = self.eng
         sp = s.spec
         d = sp.draft

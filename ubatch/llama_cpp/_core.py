@@ -225,7 +225,11 @@ def llama_model_desc(model, buf, buf_size):
     if m is None:
         return -1
     ftypes = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K - Medium",
-              15: "Q4_K - Medium", 17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16"}
+              15: "Q4_K - Medium", 17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16", 19: "IQ2_XXS - 2.0625 bpw",
+              20: "IQ2_XS - 2.3125 bpw", 23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw",
+              26: "IQ3_S - 3.4375 bpw", 27: "IQ3_S mix - 3.66 bpw", 28: "IQ2_S - 2.5 bpw", 29: "IQ2_M - 2.7 bpw",
+              30: "IQ4_XS - 4.25 bpw", 31: "IQ1_M - 1.75 bpw", 36: "TQ1_0 - 1.69 bpw ternary",
+              37: "TQ2_0 - 2.06 bpw ternary", 38: "MXFP4 MoE"}
     ft = ftypes.get(int(m.raw.get("general.file_type", -1)), "?")
     return _snprintf(buf, buf_size, f"{m.arch} ?B {ft}")
 

@@ -27,7 +27,8 @@ _FLASH_ATTN = {-1: "auto", 0: "disabled", 1: "enabled"}
 _LOAD_MODES = {-1: "auto", 0: "none", 1: "mmap", 2: "mlock", 3: "mmap+mlock", 4: "dio"}
 # the ggml tensor type -> the file type a model made mostly of it has (llama.cpp's guess when general.file_type
 # is absent)
-_FTYPE_OF_GGML = {0: 0, 1: 1, 2: 2, 3: 3, 6: 8, 7: 9, 8: 7, 10: 10, 11: 12, 12: 15, 13: 17, 14: 18, 30: 32}
+_FTYPE_OF_GGML = {0: 0, 1: 1, 2: 2, 3: 3, 6: 8, 7: 9, 8: 7, 10: 10, 11: 12, 12: 15, 13: 17, 14: 18, 30: 32,
+                  16: 19, 17: 20, 18: 23, 19: 24, 20: 25, 21: 26, 22: 28, 23: 30, 29: 31, 34: 36, 35: 37, 39: 38}
 SPLIT_FORMAT = "%s-%05d-of-%05d.gguf"
 
 

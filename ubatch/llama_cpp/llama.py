@@ -333,11 +333,14 @@ class Llama:
 
     def _decode_chunk(self, n: int) -> None:
         """Decodes self._batch; a full KV cache first evicts what the batched paths' prefix reuse keeps
-        (ubatch/llama_cpp/_prefix.py), so cached prefixes never make a decode fail that would succeed without."""
-        pre = self._parallel.prefix if self._parallel is not None else self._holders
+        (the engine's prefix cache) or the set_cache holders (_cache_holders.py) keep, so cached prefixes never
+        make a decode fail that would succeed without."""
+        pre = self._parallel.prefix if self._parallel is not None else None
+        holders = self._holders if self._parallel is None else None
         while True:
             rc = llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
-            if rc == 1 and pre is not None and pre.evict_for(n):
+            if rc == 1 and ((pre is not None and pre.evict_for_full(n))
+                            or (holders is not None and holders.evict_for(n))):
                 continue
             if rc != 0:
                 raise RuntimeError(f"llama_decode returned {rc}")

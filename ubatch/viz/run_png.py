@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from ubatch.engine.batcher import RunStats
+from ubatch.engine.engine_stats import RunStats
 
 PLOT_HINT = "matplotlib is not installed: cannot draw --png (install it with: pip install 'ubatch[plot]')"
 

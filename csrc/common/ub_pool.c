@@ -1,16 +1,19 @@
-/* Persistent worker pool (see attn_pool.h). State is global and guarded by g_mu; g_use serialises jobs
+/* Persistent worker pool (see ub_pool.h). State is global and guarded by g_mu; g_use serialises jobs
  * (taken with trylock so a second concurrent caller never blocks: it runs its job inline). After a job a
  * worker spins for up to UB_POOL_SPIN_US watching g_pub (the published generation) before it sleeps on the
  * condition variable, and the caller, its own share done, spins as long for the workers to leave fn before
  * it sleeps on g_done: a decode step issues hundreds of sub-millisecond jobs back to back, and a condvar
  * wake-up per job would cost more than the job. UBATCH_POOL_SPIN_US overrides the spin time (0: none). */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "attn_pool.h"
+#include "ub_pool.h"
 
 static pthread_mutex_t g_use = PTHREAD_MUTEX_INITIALIZER; /* held by the thread whose job owns the pool */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  /* guards every field below */
@@ -102,6 +105,10 @@ static void fork_parent(void) {
     pthread_mutex_unlock(&g_use);
 }
 static void fork_child(void) { /* the workers do not exist in the child */
+    /* The condition variables still count the parent's waiting workers as waiters; glibc's broadcast then waits
+     * for them to leave (forever, from the second job on). Nobody else runs in the child yet: start them anew. */
+    pthread_cond_init(&g_wake, NULL);
+    pthread_cond_init(&g_done, NULL);
     g_n = 0;
     g_stop = 0;
     g_open = 0;
@@ -126,6 +133,9 @@ void ub_pool_run(ub_pool_fn fn, void *ctx, int n) {
     pthread_mutex_lock(&g_mu);
     while (g_n < n - 1) { /* grow lazily; on failure run with the workers we have */
         if (pthread_create(&g_tid[g_n], NULL, worker_main, (void *)(intptr_t)(g_n + 1)) != 0) break;
+#if defined(__linux__) && defined(__GLIBC__)
+        pthread_setname_np(g_tid[g_n], "ubatch-pool"); /* before the call returns: what ps / top / tests see */
+#endif
         g_n++;
     }
     g_fn = fn;

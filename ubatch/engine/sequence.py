@@ -1,0 +1,139 @@
+"""The engine's bookkeeping objects: a request (a prompt and its sampling parameters), its completions (one KV
+sequence each while running) and what a step reports back (RequestOutput / CompletionOutput)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Protocol
+
+import numpy as np
+
+from ubatch.engine.detok import TextState
+from ubatch.engine.engine_stats import RequestTimes
+from ubatch.engine.sampling import SamplingParams
+
+WAITING, PROMPT, FORK, GEN, DONE = "waiting", "prompt", "fork", "generating", "done"
+
+
+@dataclass
+class CompletionOutput:
+    """One completion of a request, as of the last step that advanced it. token_ids never hold the
+    end-of-generation token; text never holds a stop string. logprobs_delta (when the request asked for
+    logprobs): per new token a dict {"token_id", "logprob", "top_logprobs": [(token_id, logprob), ...]} with
+    the log-softmax of the raw logits."""
+
+    index: int
+    text: str = ""
+    token_ids: List[int] = field(default_factory=list)
+    text_delta: str = ""
+    token_ids_delta: List[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    logprobs_delta: Optional[list] = None
+
+
+@dataclass
+class RequestOutput:
+    """What a step did to one request."""
+
+    request_id: str
+    prompt_tokens: int
+    finished: bool
+    outputs: List[CompletionOutput]
+    prompt_token_ids: List[int] = field(default_factory=list)
+
+
+class Driver(Protocol):
+    """Takes over sampling and stopping for the completions of one request (LLMEngine.add_request(driver=)): the
+    engine still admits, batches, decodes, forks n > 1, preempts and caches prefixes, and ends a completion at its
+    context ("length"); the driver picks each token and says when a completion ends. logits: float32[n_vocab], the
+    row the token is sampled from (valid only during the call). Used by ubatch.llama_cpp's batched paths
+    (llama.cpp sampler chains, logits processors, stopping criteria, llama-cpp-python's stop rules)."""
+
+    def sample(self, index: int, logits: np.ndarray) -> int:
+        """The next token of completion `index`."""
+
+    def on_token(self, index: int, token: int, logits: np.ndarray) -> Optional[str]:
+        """After sample: None to go on (the token is decoded next), or the finish reason (the completion ends;
+        the token is not decoded)."""
+
+    def on_finish(self, index: int, reason: str) -> None:
+        """Completion `index` ended (the reason on_token gave, or the engine's: "length", "abort")."""
+
+
+class Seq:
+    """One completion: while running, one KV sequence. Its tokens are prompt + generated; the KV holds the
+    first n_past of them; a generating sequence has exactly one token (the last sampled) left to place."""
+
+    __slots__ = ("req", "index", "seed", "seq_id", "n_past", "generated", "text", "finish_reason", "state", "stamp",
+                 "d_text", "d_tok", "d_lp", "gstate", "spec")
+
+    def __init__(self, req: "Request", index: int, seed: int) -> None:
+        self.req = req
+        self.index = index
+        self.seed = seed
+        self.seq_id = -1
+        self.n_past = 0
+        self.generated: List[int] = []
+        self.text = TextState(req.params.stop)
+        self.finish_reason: Optional[str] = None
+        self.state = WAITING
+        self.stamp = 0
+        self.d_text = ""
+        self.d_tok: List[int] = []
+        self.d_lp: Optional[list] = [] if req.params.logprobs is not None else None
+        self.gstate = req.grammar.clone() if req.grammar is not None else None   # its own grammar position
+        self.spec = None                  # speculative decoding state (spec_engine.SeqSpec)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.req.prompt) + len(self.generated)
+
+    def tokens(self, a: int, b: int) -> np.ndarray:
+        """int32 tokens [a, b) of prompt + generated."""
+        p = self.req.prompt
+        P = len(p)
+        if b <= P:
+            return p[a:b]
+        gen = np.asarray(self.generated[max(a - P, 0):b - P], np.int32)
+        return gen if a >= P else np.concatenate([p[a:], gen])
+
+    def history(self, last_n: int) -> np.ndarray:
+        """The last last_n tokens (prompt included) the repeat penalty looks at (-1: all)."""
+        n = self.n_tokens
+        return self.tokens(0 if last_n < 0 else max(0, n - last_n), n)
+
+
+class Request:
+    """A queued or running request: its prompt (int32 token ids), parameters, completions and timings."""
+
+    __slots__ = ("rid", "prompt", "params", "seqs", "times", "aborted", "grammar", "driver")
+
+    def __init__(self, rid: str, prompt: np.ndarray, params: SamplingParams, times: RequestTimes,
+                 grammar=None, driver=None) -> None:
+        self.grammar = grammar
+        self.driver = driver
+        self.rid = rid
+        self.prompt = prompt
+        self.params = params
+        self.seqs: List[Seq] = []
+        self.times = times
+        self.aborted = False
+
+    @property
+    def finished(self) -> bool:
+        return all(s.state == DONE for s in self.seqs)
+
+    def output(self) -> RequestOutput:
+        """What changed since the last output (the deltas are handed out once)."""
+        outs = []
+        for s in self.seqs:
+            outs.append(CompletionOutput(index=s.index, text=s.text.text[:s.text.emitted], token_ids=list(s.generated),
+                                         text_delta=s.d_text, token_ids_delta=s.d_tok, finish_reason=s.finish_reason,
+                                         logprobs_delta=s.d_lp))
+            s.d_text, s.d_tok = "", []
+            if s.d_lp is not None:
+                s.d_lp = []
+        return RequestOutput(request_id=self.rid, prompt_tokens=len(self.prompt), finished=self.finished,
+                             outputs=outs, prompt_token_ids=self.prompt.tolist())
+
+
+__all__ = ["CompletionOutput", "DONE", "Driver", "FORK", "GEN", "PROMPT", "Request", "RequestOutput", "Seq", "WAITING"]
