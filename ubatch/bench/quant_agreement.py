@@ -11,8 +11,9 @@ IQ4_XS, IQ3_S, ...), by the real-model rule of tests/realmodel_replay.py, held t
 * ubatch (one decode of the prompt, n_ubatch 512) must give the same argmax on every clear row and a per-row
   max |dlogit| over the top-64 ids within the spread on >= 99 % of the rows.
 
-``record(...)`` makes llama.cpp's side (needs llama-cpp-python; the test data in tests/data/quantised/ were made
-by ``python -m ubatch.bench.quant_agreement --record DIR``); ``compare(...)`` runs ubatch against a recording.
+``record(...)`` makes llama.cpp's side (needs llama-cpp-python; ``--record DIR`` keeps it); ``compare(...)`` runs
+ubatch against a recording. Not a test: the files themselves can only be made by llama.cpp's quantiser, which a
+fresh install (and CI) does not have.
 ``python -m ubatch.bench.quant_agreement`` records live and compares, for both models and IQ4_XS / IQ3_S.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ multipliers) that the fused C layer (ubatch.model.fused) applies the same way.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -84,6 +84,17 @@ def load_rope_factors(src: TensorSource, hp: HParams, *, longrope: Optional[bool
             raise GGUFError(f"{src.f.path}: tensor '{name}' must hold finite non-zero factors")
         out[key] = v
     return out
+
+
+def attn_dims(src: TensorSource, hp: HParams, arch: str) -> Tuple[int, int, int, int]:
+    """(n_embd, head_dim, Q row width, K/V row width) of an arch whose Q row must be n_embd wide (GGUFError
+    naming arch otherwise): olmo2, exaone4, phi3."""
+    e, hd = hp.n_embd, hp.head_dim
+    hq, hk = hp.n_head * hd, hp.n_head_kv * hd
+    if hq != e:
+        raise GGUFError(f"{src.f.path}: {arch} needs head_count * key_length = embedding_length "
+                        f"({hp.n_head} * {hd} != {e})")
+    return e, hd, hq, hk
 
 
 def refuse_ffn_bias(src: TensorSource, p: str) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ubatch.model.arch import granite, llama
+from ubatch.model.arch import granite
 from ubatch.model.gguf_file import GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
-from ubatch.model.weights import TensorSource
 
 NAME = "minicpm"
 ROPE_TYPE = ROPE_NORM
@@ -24,11 +23,9 @@ def load_hparams(f: GGUFFile) -> HParams:
     return hp
 
 
-def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
-    return llama.load_decoder(src, hp, require_qkv_bias=False, ffn_bias=True)
-
-
-forward = llama.forward
-forward_reference = llama.decoder_forward
-embed = llama.embed
-logits = llama.logits
+# granite's decoder tensors and graph
+load_weights = granite.load_weights
+forward = granite.forward
+forward_reference = granite.forward_reference
+embed = granite.embed
+logits = granite.logits

@@ -1,7 +1,8 @@
 """olmo2 (OLMo 2 1B ... 32B): no pre-norms — Q/K/V read the residual stream itself —, RMSNorm over the whole
 Q row ({n_embd}) and K row ({n_head_kv * head_dim}) before NEOX RoPE, post-norms on the attention output
 (post_attention_norm) and the FFN output (post_ffw_norm) before each residual add, separate output
-(llama.cpp src/models/olmo2.cpp). OLMo 3's sliding-window layers are refused (not supported)."""
+(llama.cpp src/models/olmo2.cpp). OLMo 3's sliding-window layers are refused (not supported).
+`load_postnorm_decoder` is this block's loader, shared with exaone4 (per-head Q/K norms, tied output)."""
 from __future__ import annotations
 
 from ubatch.model.arch import llama
@@ -23,12 +24,13 @@ def load_hparams(f: GGUFFile) -> HParams:
     return hp
 
 
-def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
-    e, hd = hp.n_embd, hp.head_dim
-    hq, hk = hp.n_head * hd, hp.n_head_kv * hd
-    if hq != e:
-        raise GGUFError(f"{src.f.path}: olmo2 needs head_count * key_length = embedding_length "
-                        f"({hp.n_head} * {hd} != {e})")
+def load_postnorm_decoder(src: TensorSource, hp: HParams, arch: str, *, per_head_qk_norm: bool,
+                          tied: bool) -> llama.Weights:
+    """The post-norm block's tensors (no pre-norms; optional Q/K/V biases; Q/K norms over the whole row or,
+    per_head_qk_norm, per head; post-attention / post-FFN norms); tied: output.weight optional (token_embd
+    when absent) and the Llama-3 rope_freqs read, else output.weight required."""
+    e, hd, hq, hk = llama.attn_dims(src, hp, arch)
+    qn, kn = (hd, hd) if per_head_qk_norm else (e, hk)
     layers = []
     for i in range(hp.n_layer):
         p = f"blk.{i}."
@@ -38,15 +40,22 @@ def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
             wv=src.matrix(p + "attn_v.weight", e, hk), wo=src.matrix(p + "attn_output.weight", e, e),
             bq=src.vector(p + "attn_q.bias", hq, required=False), bk=src.vector(p + "attn_k.bias", hk, required=False),
             bv=src.vector(p + "attn_v.bias", hk, required=False),
-            q_norm=src.vector(p + "attn_q_norm.weight", e), k_norm=src.vector(p + "attn_k_norm.weight", hk),
+            q_norm=src.vector(p + "attn_q_norm.weight", qn), k_norm=src.vector(p + "attn_k_norm.weight", kn),
             post_attn_norm=src.vector(p + "post_attention_norm.weight", e),
             w_gate=src.matrix(p + "ffn_gate.weight", e, hp.n_ff), w_up=src.matrix(p + "ffn_up.weight", e, hp.n_ff),
             w_down=src.matrix(p + "ffn_down.weight", hp.n_ff, e),
             post_ffw_norm=src.vector(p + "post_ffw_norm.weight", e)))
         llama.refuse_ffn_bias(src, p)
-    return llama.Weights(tok_embd=src.matrix("token_embd.weight", e, hp.n_vocab),
-                         output_norm=src.vector("output_norm.weight", e),
-                         output=src.matrix("output.weight", e, hp.n_vocab), layers=layers)
+    tok = src.matrix("token_embd.weight", e, hp.n_vocab)
+    norm = src.vector("output_norm.weight", e)
+    out = src.matrix("output.weight", e, hp.n_vocab, required=not tied)
+    factors = llama.load_rope_factors(src, hp, longrope=False) if tied else {}
+    return llama.Weights(tok_embd=tok, output_norm=norm, output=out if out is not None else tok, layers=layers,
+                         **factors)
+
+
+def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
+    return load_postnorm_decoder(src, hp, NAME, per_head_qk_norm=False, tied=False)
 
 
 forward = llama.forward

@@ -5,7 +5,7 @@ false), SwiGLU experts, separate output (llama.cpp src/models/olmoe.cpp; ubatch.
 from __future__ import annotations
 
 from ubatch.model import moe
-from ubatch.model.arch import llama
+from ubatch.model.arch import llama, qwen2moe
 from ubatch.model.gguf_file import GGUFError, GGUFFile
 from ubatch.model.hparams import ROPE_NEOX, HParams, read_hparams
 from ubatch.model.weights import TensorSource
@@ -29,21 +29,7 @@ def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
         raise GGUFError(f"{src.f.path}: olmoe needs head_count * key_length = head_count_kv * key_length = "
                         f"embedding_length ({hp.n_head} * {hd}, {hp.n_head_kv} * {hd}, {e}): its q/k norms are "
                         f"{{n_embd}}")
-    layers = []
-    for i in range(hp.n_layer):
-        p = f"blk.{i}."
-        layers.append(llama.Layer(
-            attn_norm=src.vector(p + "attn_norm.weight", e),
-            wq=src.matrix(p + "attn_q.weight", e, hq), wk=src.matrix(p + "attn_k.weight", e, hk),
-            wv=src.matrix(p + "attn_v.weight", e, hk), wo=src.matrix(p + "attn_output.weight", e, e),
-            ffn_norm=src.vector(p + "ffn_norm.weight", e), w_gate=None, w_up=None, w_down=None,
-            bq=src.vector(p + "attn_q.bias", hq, required=False), bk=src.vector(p + "attn_k.bias", hk, required=False),
-            bv=src.vector(p + "attn_v.bias", hk, required=False),
-            q_norm=src.vector(p + "attn_q_norm.weight", e), k_norm=src.vector(p + "attn_k_norm.weight", e),
-            moe=moe.load_moe(src, hp, i)))
-    return llama.Weights(tok_embd=src.matrix("token_embd.weight", e, hp.n_vocab),
-                         output_norm=src.vector("output_norm.weight", e),
-                         output=src.matrix("output.weight", e, hp.n_vocab), layers=layers)
+    return qwen2moe.load_moe_decoder(src, hp, qk_norm=e, tied=False)
 
 
 forward = llama.forward

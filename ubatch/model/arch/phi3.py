@@ -26,11 +26,7 @@ def load_hparams(f: GGUFFile) -> HParams:
 
 
 def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
-    e, hd = hp.n_embd, hp.head_dim
-    hq, hk = hp.n_head * hd, hp.n_head_kv * hd
-    if hq != e:
-        raise GGUFError(f"{src.f.path}: phi3 needs head_count * key_length = embedding_length "
-                        f"({hp.n_head} * {hd} != {e})")
+    e, _, hq, hk = llama.attn_dims(src, hp, NAME)
     tok = src.matrix("token_embd.weight", e, hp.n_vocab)
     out = src.matrix("output.weight", e, hp.n_vocab, required=False)
     factors = llama.load_rope_factors(src, hp, longrope=True)

@@ -4,7 +4,7 @@ are NOT renormalised, SwiGLU experts, plus a shared expert scaled by sigmoid(x .
 to every row (llama.cpp's qwen2moe graph; ubatch.model.moe, csrc/compute/moe.c)."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ubatch.model import moe
 from ubatch.model.arch import llama
@@ -24,12 +24,14 @@ def load_hparams(f: GGUFFile) -> HParams:
     return hp
 
 
-def load_moe_decoder(src: TensorSource, hp: HParams, *, qk_norm: bool) -> llama.Weights:
-    """The llama-style attention (optional biases; qk_norm: required per-head q/k norms) with each layer's
-    FFN a mixture of experts; output.weight optional (tied to token_embd when absent)."""
-    e, hq, hk, hd = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.head_dim
+def load_moe_decoder(src: TensorSource, hp: HParams, *, qk_norm: Optional[int] = None,
+                     tied: bool = True) -> llama.Weights:
+    """The llama-style attention (optional biases; qk_norm: the width of the required Q/K norms, head_dim per
+    head or n_embd per row, None: none) with each layer's FFN a mixture of experts; tied: output.weight
+    optional (token_embd when absent), else required. Shared by qwen3moe and olmoe."""
+    e, hq, hk = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
     tok = src.matrix("token_embd.weight", e, hp.n_vocab)
-    out = src.matrix("output.weight", e, hp.n_vocab, required=False)
+    out = src.matrix("output.weight", e, hp.n_vocab, required=not tied)
     layers: List[llama.Layer] = []
     for i in range(hp.n_layer):
         p = f"blk.{i}."
@@ -40,15 +42,15 @@ def load_moe_decoder(src: TensorSource, hp: HParams, *, qk_norm: bool) -> llama.
             ffn_norm=src.vector(p + "ffn_norm.weight", e), w_gate=None, w_up=None, w_down=None,
             bq=src.vector(p + "attn_q.bias", hq, required=False), bk=src.vector(p + "attn_k.bias", hk, required=False),
             bv=src.vector(p + "attn_v.bias", hk, required=False),
-            q_norm=src.vector(p + "attn_q_norm.weight", hd) if qk_norm else None,
-            k_norm=src.vector(p + "attn_k_norm.weight", hd) if qk_norm else None,
+            q_norm=src.vector(p + "attn_q_norm.weight", qk_norm) if qk_norm else None,
+            k_norm=src.vector(p + "attn_k_norm.weight", qk_norm) if qk_norm else None,
             moe=moe.load_moe(src, hp, i)))
     return llama.Weights(tok_embd=tok, output_norm=src.vector("output_norm.weight", e),
                          output=out if out is not None else tok, layers=layers)
 
 
 def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
-    return load_moe_decoder(src, hp, qk_norm=False)
+    return load_moe_decoder(src, hp)
 
 
 forward = llama.forward

@@ -23,7 +23,7 @@ def load_hparams(f: GGUFFile) -> HParams:
 
 
 def load_weights(src: TensorSource, hp: HParams) -> llama.Weights:
-    return qwen2moe.load_moe_decoder(src, hp, qk_norm=True)
+    return qwen2moe.load_moe_decoder(src, hp, qk_norm=hp.head_dim)
 
 
 forward = llama.forward
