@@ -17,6 +17,7 @@
 #include "mm_internal.h"
 #include "ub_pool.h"
 #include "attn_vis_kernels.h"
+#include "ub_kv_quant.h"
 
 int64_t ub_attn_count_visible(const float *mask, int64_t n_rows, int32_t n_kv) {
     if (!mask || n_rows < 0 || n_kv < 0) return -1;
@@ -73,13 +74,14 @@ int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t p
 typedef struct {
     const float *q;
     const void *k, *v;
-    int32_t k_f16, v_f16;
+    int32_t k_type, v_type, k_f16, v_f16, k_deq, v_deq; /* *_deq: rows dequantised into scratch (bf16, q*) */
+    int64_t rs_k, rs_v; /* bytes of one (cell, kv head) row of K / V */
     const int32_t *row_stream, *off, *cells;
     float *out;
     int32_t n_q, n_head, n_head_kv, hd_k, hd_v, kv_size, gqa;
     int32_t hsplit; /* parts the gqa query heads of a (row, kv head) are cut into (1, or more when rows are few) */
     float scale, softcap;
-    float *scratch; /* per participant: [max_list][gqa] scores + [hd_k] rounded query */
+    float *scratch; /* per participant: [max_list][gqa] scores + [gqa][hd_k] rounded queries + [hd_k + hd_v] rows */
     int64_t scratch_stride;
     ub_av_kernels kern;
     atomic_llong next;
@@ -95,16 +97,24 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
     const int32_t h0 = (int32_t)((int64_t)p * J->gqa / J->hsplit);
     const int32_t gq = (int32_t)((int64_t)(p + 1) * J->gqa / J->hsplit) - h0, hdk = J->hd_k, hdv = J->hd_v;
     const int32_t *cl = J->cells + c0;
-    float *qr = sc + (int64_t)nc * gq; /* gq rows of hd_k: the queries (f16-rounded for an f16 K) */
+    float *qr = sc + (int64_t)nc * gq; /* gq rows of hd_k: the queries rounded as llama.cpp's vec_dot type of K */
+    float *kd = qr + (int64_t)gq * hdk, *vd = kd + hdk; /* one dequantised K row, one V row */
     for (int32_t h = 0; h < gq; h++) {
         const float *qs = J->q + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0 + h) * hdk;
-        for (int32_t d = 0; d < hdk; d++) qr[h * hdk + d] = J->k_f16 ? ub_h2f(ub_f2h(qs[d])) : qs[d];
+        ub_kv_round_query(J->k_type, qs, qr + (int64_t)h * hdk, hdk);
     }
     const int64_t kbase = (int64_t)st * J->kv_size;
+    const uint8_t *kb = J->k, *vb = J->v;
     for (int32_t c = 0; c < nc; c++) { /* raw scores sc[h * nc + c]: K row of cell c loaded once for the gq heads */
-        const int64_t kr = ((kbase + cl[c]) * J->n_head_kv + g) * hdk;
-        if (J->k_f16) J->kern.dots_f16(qr, gq, hdk, (const uint16_t *)J->k + kr, sc + c, nc);
-        else J->kern.dots_f32(qr, gq, hdk, (const float *)J->k + kr, sc + c, nc);
+        const uint8_t *kr = kb + ((kbase + cl[c]) * J->n_head_kv + g) * J->rs_k;
+        if (J->k_deq) {
+            ub_kv_dequant_row(J->k_type, kr, kd, hdk);
+            J->kern.dots_f32(qr, gq, hdk, kd, sc + c, nc);
+        } else if (J->k_f16) {
+            J->kern.dots_f16(qr, gq, hdk, (const uint16_t *)(const void *)kr, sc + c, nc);
+        } else {
+            J->kern.dots_f32(qr, gq, hdk, (const float *)(const void *)kr, sc + c, nc);
+        }
     }
     float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0) * hdv; /* gq rows of hd_v */
     memset(o, 0, sizeof(float) * (size_t)hdv * (size_t)gq);
@@ -125,12 +135,23 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
             sum += (double)s[c];
         }
         const float inv = (float)(1.0 / sum);
-        for (int32_t c = 0; c < nc; c++) s[c] = J->v_f16 ? ub_h2f(ub_f2h(s[c] * inv)) : s[c] * inv;
+        /* probabilities rounded as the V product's vec_dot type (f16 / bf16 V; f32 for a quantised V, which
+         * llama.cpp only runs under flash attention, accumulating in f32) */
+        if (J->v_type == UB_T_F16 || J->v_type == UB_T_BF16)
+            for (int32_t c = 0; c < nc; c++) ub_kv_round_query(J->v_type, (float[1]){s[c] * inv}, s + c, 1);
+        else
+            for (int32_t c = 0; c < nc; c++) s[c] = s[c] * inv;
     }
     for (int32_t c = 0; c < nc; c++) { /* out_h += p_h,c * V row of cell c, cells in list order */
-        const int64_t vr = ((kbase + cl[c]) * J->n_head_kv + g) * hdv;
-        if (J->v_f16) J->kern.axpys_f16(o, gq, hdv, sc + c, nc, (const uint16_t *)J->v + vr);
-        else J->kern.axpys_f32(o, gq, hdv, sc + c, nc, (const float *)J->v + vr);
+        const uint8_t *vr = vb + ((kbase + cl[c]) * J->n_head_kv + g) * J->rs_v;
+        if (J->v_deq) {
+            ub_kv_dequant_row(J->v_type, vr, vd, hdv);
+            J->kern.axpys_f32(o, gq, hdv, sc + c, nc, vd);
+        } else if (J->v_f16) {
+            J->kern.axpys_f16(o, gq, hdv, sc + c, nc, (const uint16_t *)(const void *)vr);
+        } else {
+            J->kern.axpys_f32(o, gq, hdv, sc + c, nc, (const float *)(const void *)vr);
+        }
     }
 }
 
@@ -152,7 +173,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     if (n_q < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || hd_k <= 0 || hd_v <= 0 ||
         n_stream <= 0 || kv_size <= 0 || n_threads < 1 || !(softcap >= 0.0f) || !isfinite(scale))
         return UB_E_ARG;
-    if ((k_type != UB_T_F32 && k_type != UB_T_F16) || (v_type != UB_T_F32 && v_type != UB_T_F16)) return UB_E_ARG;
+    if (ub_kv_row_size(k_type, hd_k) < 0 || ub_kv_row_size(v_type, hd_v) < 0) return UB_E_ARG;
     if (n_q == 0) return UB_OK;
     if (!q || !k || !v || !row_stream || !off || !cells || !out) return UB_E_ARG;
     if (off[0] != 0) return UB_E_ARG;
@@ -168,8 +189,14 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.q = q;
     J.k = k;
     J.v = v;
+    J.k_type = k_type;
+    J.v_type = v_type;
     J.k_f16 = k_type == UB_T_F16;
     J.v_f16 = v_type == UB_T_F16;
+    J.k_deq = k_type != UB_T_F16 && k_type != UB_T_F32;
+    J.v_deq = v_type != UB_T_F16 && v_type != UB_T_F32;
+    J.rs_k = ub_kv_row_size(k_type, hd_k);
+    J.rs_v = ub_kv_row_size(v_type, hd_v);
     J.row_stream = row_stream;
     J.off = off;
     J.cells = cells;
@@ -193,7 +220,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
         units *= J.hsplit;
     }
     if (nt > units) nt = (int)units;
-    J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + 15) & ~(int64_t)15;
+    J.scratch_stride = ((int64_t)max_list * J.gqa + (int64_t)J.gqa * hd_k + hd_k + hd_v + 15) & ~(int64_t)15;
     J.scratch = malloc(sizeof(float) * (size_t)(J.scratch_stride * nt));
     if (!J.scratch) return UB_E_NOMEM;
     atomic_init(&J.next, 0);

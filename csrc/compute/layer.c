@@ -13,6 +13,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_layer.h"
+#include "ub_kv_quant.h"
 #include "ub_moe.h"
 #include "ub_pool.h"
 
@@ -156,20 +157,9 @@ static int write_kv(const ub_layer_kv *kv, const float *k, const float *v, int64
         if (kv->dst[i] < 0 || kv->dst[i] >= cap)
             return fail(err, err_len, "kv dst[%lld] = %lld out of range [0, %lld)", (long long)i,
                         (long long)kv->dst[i], (long long)cap);
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t d = kv->dst[i] * row;
-        const float *src[2] = {k + i * row, v + i * row};
-        void *dstb[2] = {kv->k, kv->v};
-        const int32_t ty[2] = {kv->k_type, kv->v_type};
-        for (int t = 0; t < 2; t++) {
-            if (ty[t] == UB_T_F32) {
-                memcpy((float *)dstb[t] + d, src[t], sizeof(float) * (size_t)row);
-            } else {
-                uint16_t *h = (uint16_t *)dstb[t] + d;
-                for (int64_t j = 0; j < row; j++) h[j] = ub_f2h(src[t][j]);
-            }
-        }
-    }
+    /* one codec call per buffer: row i quantised (f16 / bf16 / q*) or copied into cell dst[i] */
+    ub_kv_store_rows(kv->k_type, k, n, (int32_t)row, kv->k, cap, kv->dst);
+    ub_kv_store_rows(kv->v_type, v, n, (int32_t)row, kv->v, cap, kv->dst);
     return UB_OK;
 }
 
@@ -189,8 +179,8 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     if (n <= 0 || !x || !pos || n_pos < 1) return fail(err, err_len, "x / pos missing or n = %d <= 0", n);
     if (n_threads < 1) return fail(err, err_len, "n_threads = %d < 1", n_threads);
     if (!kv->k || !kv->v || !kv->dst || !kv->row_stream || !kv->off || !kv->cells || kv->n_stream < 1 ||
-        kv->kv_size < 1 || (kv->k_type != UB_T_F32 && kv->k_type != UB_T_F16) ||
-        (kv->v_type != UB_T_F32 && kv->v_type != UB_T_F16))
+        kv->kv_size < 1 || ub_kv_row_size(kv->k_type, L->head_dim) < 0 ||
+        ub_kv_row_size(kv->v_type, L->head_dim) < 0 || kv->k_type == UB_T_IQ4_NL || kv->v_type == UB_T_IQ4_NL)
         return fail(err, err_len, "kv: missing buffer, bad type or size");
     int32_t m = n;
     if (keep) {

@@ -2,7 +2,7 @@
 target sequence's logits (its prompt's last row, then each greedy step), to compare bitwise."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Optional, List, Sequence
 
 import numpy as np
 
@@ -12,13 +12,14 @@ from ubatch import Batch
 
 def run_target(m, target: Sequence[int], *, others: Sequence[Sequence[int]] = (), n_ubatch: int = 512,
                kv_unified: bool = False, n_threads: int = 2, chunks: Sequence[int] = (), n_greedy: int = 2,
-               type_kv: str = "f32", n_ctx: int = 1024) -> List[np.ndarray]:
+               type_kv: str = "f32", n_ctx: int = 1024, type_k: Optional[str] = None,
+               type_v: Optional[str] = None) -> List[np.ndarray]:
     """target = seq 0; others = seqs 1.. (prompt rows without outputs, then one fixed token per greedy round,
     no outputs either: they only share the batches). chunks = split points of the target's prompt (it is
     decoded in several calls; the others go with the first call)."""
     n_seq = 1 + len(others)
     ctx = ubatch.Context(m, n_ctx=n_ctx, n_batch=512, n_ubatch=n_ubatch, n_seq_max=n_seq,
-                         kv_unified=kv_unified, n_threads=n_threads, type_k=type_kv, type_v=type_kv)
+                         kv_unified=kv_unified, n_threads=n_threads, type_k=type_k or type_kv, type_v=type_v or type_kv)
     cuts = [0] + list(chunks) + [len(target)]
     out: List[np.ndarray] = []
     for ci in range(len(cuts) - 1):

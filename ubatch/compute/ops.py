@@ -144,28 +144,49 @@ def visible_cells_for(place, cell_pos: np.ndarray) -> Tuple[np.ndarray, np.ndarr
 
 def attention_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_stream: np.ndarray, off: np.ndarray,
                       cells: np.ndarray, *, scale: Optional[float] = None, softcap: float = 0.0,
-                      n_threads: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+                      n_threads: Optional[int] = None, out: Optional[np.ndarray] = None,
+                      k_type: Optional[str] = None, v_type: Optional[str] = None) -> np.ndarray:
     """Attention of each query row over its visible cells in list order.
 
     q float32[n_q, n_head, hd_k]; k float32|float16[n_stream, kv_size, n_head_kv, hd_k]; v the same dtype
-    family with hd_v; row_stream int32[n_q]; off int32[n_q + 1], cells int32[off[-1]] (visible_cells).
+    family with hd_v (or, with k_type / v_type naming a bf16 / quantised type of ubatch.compute.kv_quant,
+    uint8[n_stream, kv_size, n_head_kv, row_bytes] of its blocks); row_stream int32[n_q]; off int32[n_q + 1], cells int32[off[-1]] (visible_cells).
     scores = scale * (softcap * tanh(q.k / softcap) if softcap > 0 else q.k) (scale default 1/sqrt(hd_k)).
     Returns float32[n_q, n_head, hd_v]; a row with no visible cell gets zeros."""
+    from ubatch.compute import kv_quant
     _arr(q, "q", np.float32, 3)
-    for name, a in (("k", k), ("v", v)):
-        if not isinstance(a, np.ndarray) or a.dtype not in KV_DT_CODES:
-            raise ValueError(f"{name} must be a float32 or float16 numpy array")
-        _arr(a, name, a.dtype, 4)
+    ids, hds = [], []
+    for name, a, t in (("k", k, k_type), ("v", v, v_type)):
+        if not isinstance(a, np.ndarray):
+            raise ValueError(f"{name} must be a numpy array")
+        if t is None or kv_quant.is_plain(t):
+            if a.dtype not in KV_DT_CODES or (t is not None and kv_quant.KV_TYPE_IDS[t] != KV_DT_CODES[a.dtype]):
+                raise ValueError(f"{name} must be a float32 or float16 numpy array (or name its {name}_type)")
+            _arr(a, name, a.dtype, 4)
+            ids.append(KV_DT_CODES[a.dtype])
+            hds.append(a.shape[3])
+        else:
+            _arr(a, name, np.uint8, 4)
+            tid = kv_quant.type_id(t, f"{name}_type")
+            hd = q.shape[2] if name == "k" else None
+            if hd is None:   # V rows: head_dim from the row bytes
+                per = kv_quant.row_bytes(t, 32, f"{name}_type")
+                hd = a.shape[3] // per * 32 if t != "bf16" else a.shape[3] // 2
+            if kv_quant.row_bytes(t, hd, f"{name}_type") != a.shape[3]:
+                raise ValueError(f"{name}: rows of {a.shape[3]} bytes are not {t} rows of head_dim {hd}")
+            ids.append(tid)
+            hds.append(hd)
     _arr(row_stream, "row_stream", np.int32, 1)
     _arr(off, "off", np.int32, 1)
     _arr(cells, "cells", np.int32, 1)
     n_q, n_head, hd_k = q.shape
-    n_stream, kv_size, n_head_kv, hd_kk = k.shape
+    n_stream, kv_size, n_head_kv = k.shape[:3]
+    hd_kk = hds[0]
     if hd_kk != hd_k:
         raise ValueError(f"head_dim of q ({hd_k}) and k ({hd_kk}) differ")
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v shape {v.shape} does not match k shape {k.shape} (except head_dim)")
-    hd_v = v.shape[3]
+    hd_v = hds[1]
     if n_head % n_head_kv:
         raise ValueError(f"n_head={n_head} is not a multiple of n_head_kv={n_head_kv}")
     if row_stream.shape[0] != n_q:
@@ -188,8 +209,8 @@ def attention_visible(q: np.ndarray, k: np.ndarray, v: np.ndarray, row_stream: n
     if n_q == 0:
         return out
     nt = _threads(n_threads)
-    rc = lib.ub_attention_vis(_fb(q, "float[]"), _fb(k, "uint8_t[]"), KV_DT_CODES[k.dtype], _fb(v, "uint8_t[]"),
-                              KV_DT_CODES[v.dtype], _fb(row_stream, "int32_t[]"), _fb(off, "int32_t[]"),
+    rc = lib.ub_attention_vis(_fb(q, "float[]"), _fb(k, "uint8_t[]"), ids[0], _fb(v, "uint8_t[]"),
+                              ids[1], _fb(row_stream, "int32_t[]"), _fb(off, "int32_t[]"),
                               _fb(cells, "int32_t[]") if cells.size else ffi.new("int32_t[1]"),
                               _fb(out, "float[]"), n_q, n_head, n_head_kv, hd_k, hd_v, n_stream, kv_size,
                               float(scale), float(softcap), nt)

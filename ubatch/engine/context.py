@@ -86,12 +86,10 @@ def _check_size(n_ctx: int, n_stream: int, n_ctx_seq: int, model, type_k: str, t
         per_cell = 1
         for attr in ("n_layer", "n_head_kv", "head_dim"):
             per_cell *= int(getattr(model, attr, 0))
-        need += cells * per_cell * (_KV_ELEM[type_k] + _KV_ELEM[type_v])
+        need += int(cells * per_cell * (KV_TYPES[type_k] + KV_TYPES[type_v]))
     check_bytes(f"a context of n_ctx = {n_ctx} ({n_stream} stream(s) x {n_ctx_seq} cells"
                 f"{', K/V ' + type_k + '/' + type_v if model is not None else ''})", need)
 
-
-_KV_ELEM = {"f32": 4, "f16": 2}
 
 
 class Context:
@@ -112,7 +110,7 @@ class Context:
             raise ValueError(f"pooling must be one of {POOLING}, got {pooling!r}")
         for name, t in (("type_k", type_k), ("type_v", type_v)):
             if t not in KV_TYPES:
-                raise ValueError(f"{name} must be one of {KV_TYPES}, got {t!r}")
+                raise ValueError(f"{name} must be one of {tuple(KV_TYPES)}, got {t!r}")
         if n_threads is not None:
             n_threads = _int("n_threads", n_threads, 1)
 
@@ -155,6 +153,10 @@ class Context:
         if flash_attn not in (-1, 0, 1, True, False):
             raise ValueError(f"flash_attn must be -1 (auto), 0 or 1, got {flash_attn!r}")
         self.flash_attn: int = int(flash_attn)
+        if int(flash_attn) == 0 and type_v not in ("f32", "f16", "bf16"):
+            # llama.cpp (llama_init_from_model): "quantized V cache requires flash_attn to be enabled"
+            raise ValueError(f"type_v={type_v!r}: a quantised V cache needs flash_attn (-1 auto or 1), as in "
+                             f"llama.cpp; flash_attn=0 was given")
         self.model = model
 
         # the sliding window: the model's (n_swa > 0 -> the two-cache memory), or simulated without a model

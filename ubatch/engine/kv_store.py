@@ -1,6 +1,7 @@
 """KVStore: the K/V data of one KV cache (the runner owns it; the cache's cells/metadata live in
 ubatch.memory). Per layer it serves, `k[il]` / `v[il]`: float32|float16[n_stream, kv_size, n_head_kv, head_dim]
-(cells never written hold zeros), plus `pos`: int32[n_stream, kv_size], the position each cell's K was
+(cells never written hold zeros; a bf16 / quantised type is kept as uint8[n_stream, kv_size, n_head_kv,
+row_bytes] of its blocks, written and read through ubatch.compute.kv_quant), plus `pos`: int32[n_stream, kv_size], the position each cell's K was
 rotated for (-1 = never written), kept through stream copies and K-shifts so the runner can apply the
 sliding-window test itself. Everything here is whole-array numpy work (no Python loop per cell)."""
 from __future__ import annotations
@@ -9,25 +10,41 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ubatch._ffi import ffi
-from ubatch.common.params import KV_DTYPES
-from ubatch.compute import kernels
+from ubatch._ffi import ffi, lib
+from ubatch.compute import kernels, kv_quant
 
+KV_TYPES = {"f32": np.float32, "f16": np.float16, **{t: np.uint8 for t in kv_quant.KV_WRITABLE if t not in ("f32", "f16")}}
+
+
+def check_type(name: str, t: str, head_dim: int) -> None:
+    """Refuses a K/V type this build cannot hold for rows of head_dim, naming the parameter."""
+    if t == "iq4_nl":
+        raise NotImplementedError(f"{name}='iq4_nl': the iq4_nl K/V cache is not implemented yet "
+                                  f"(one of {tuple(KV_TYPES)})")
+    if t not in KV_TYPES:
+        raise ValueError(f"{name}={t!r} is not supported (one of {tuple(KV_TYPES)})")
+    if not kv_quant.is_plain(t) and int(lib.ub_kv_row_size(kv_quant.type_id(t), int(head_dim))) < 0:
+        raise ValueError(f"{name}={t!r}: its block of 32 does not divide the model's head_dim={head_dim} "
+                         f"(llama.cpp refuses it too)")
 
 
 class KVStore:
     def __init__(self, layers: Sequence[int], *, n_stream: int, kv_size: int, n_head_kv: int, head_dim: int,
                  type_k: str = "f32", type_v: str = "f32") -> None:
         for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in KV_DTYPES:
-                raise ValueError(f"{name}={t!r} is not supported (use 'f32' or 'f16')")
+            check_type(name, t, head_dim)
         if int(n_stream) < 1 or int(kv_size) < 1:
             raise ValueError(f"n_stream={n_stream} and kv_size={kv_size} must be >= 1")
         self.layers = [int(l) for l in layers]
         self.n_stream, self.kv_size = int(n_stream), int(kv_size)
-        shape = (self.n_stream, self.kv_size, int(n_head_kv), int(head_dim))
-        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_DTYPES[type_k]) for l in self.layers}
-        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape, KV_DTYPES[type_v]) for l in self.layers}
+        self.type_k, self.type_v = type_k, type_v
+        self.n_head_kv, self.head_dim = int(n_head_kv), int(head_dim)
+
+        def shape(t: str):
+            last = self.head_dim if kv_quant.is_plain(t) else kv_quant.row_bytes(t, self.head_dim)
+            return (self.n_stream, self.kv_size, self.n_head_kv, last)
+        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape(type_k), KV_TYPES[type_k]) for l in self.layers}
+        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape(type_v), KV_TYPES[type_v]) for l in self.layers}
         self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
         self._ptrs: Dict[Tuple[int, str], object] = {}
 
@@ -78,8 +95,18 @@ class KVStore:
             if r is None:      # a layer without RoPE (granite without rope.scaling.finetuned)
                 continue
             n_rot, mode, base, scale, *ext = r
-            kernels.rope_shift(self.k[l], delta, n_rot=n_rot, base=base, mode=mode, freq_scale=scale,
-                               ext=ext[0] if ext else None)
+            if kv_quant.is_plain(self.type_k):
+                kernels.rope_shift(self.k[l], delta, n_rot=n_rot, base=base, mode=mode, freq_scale=scale,
+                                   ext=ext[0] if ext else None)
+                continue
+            # bf16 / quantised K (llama.cpp: dequantise, rotate, quantise again): the shifted cells only
+            sel = np.flatnonzero(delta.ravel())
+            flat = self.k[l].reshape(self.n_stream * self.kv_size, -1)
+            rows = kv_quant.dequantize_rows(self.type_k, flat[sel], self.n_head_kv * self.head_dim)
+            rows = rows.reshape(sel.size, self.n_head_kv, self.head_dim)
+            kernels.rope_shift(rows, np.ascontiguousarray(delta.ravel()[sel], np.int32), n_rot=n_rot, base=base,
+                               mode=mode, freq_scale=scale, ext=ext[0] if ext else None)
+            kv_quant.store_rows(self.type_k, rows.reshape(sel.size, -1), flat, sel)
         written = self.pos >= 0
         self.pos[written] += delta[written]
 
@@ -98,6 +125,16 @@ class KVStore:
             a.fill(0)
         self.pos.fill(-1)
 
+    def write(self, layer: int, flat_cells: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """K/V rows (float32[m, n_head_kv, head_dim]) of layer into the flat cells (stream * kv_size + cell,
+        int64[m]): numpy assignment for f32 / f16, one quantising C call per buffer otherwise."""
+        for t, buf, x in ((self.type_k, self.k[layer], k), (self.type_v, self.v[layer], v)):
+            if kv_quant.is_plain(t):
+                buf.reshape(self.n_stream * self.kv_size, self.n_head_kv, -1)[flat_cells] = x
+            else:
+                kv_quant.store_rows(t, np.ascontiguousarray(x, np.float32).reshape(len(flat_cells), -1),
+                                    buf.reshape(self.n_stream * self.kv_size, -1), flat_cells)
+
     # ---- the cells of one ubatch --------------------------------------------------------------------
     def save_cells(self, streams: np.ndarray, cells: np.ndarray):
         sidx = np.broadcast_to(np.asarray(streams, np.intp)[:, None], cells.shape)
@@ -113,4 +150,4 @@ class KVStore:
         self.pos[sidx, cells] = pos
 
 
-__all__ = ["KVStore"]
+__all__ = ["KVStore", "KV_TYPES", "check_type"]

@@ -25,7 +25,8 @@ from ubatch._ffi import ffi, lib
 from ubatch.compute import kernels
 from ubatch.common.params import KV_DTYPES, POOLING
 from ubatch.compute import ops as cops
-from ubatch.engine.kv_store import KVStore
+from ubatch.compute import kv_quant
+from ubatch.engine.kv_store import KVStore, check_type
 from ubatch.memory.placement import ComputeResult, Placement
 from ubatch.model import ops
 
@@ -142,8 +143,7 @@ class Step:
         c = ent[0]
         k, v = w.store.k[il], w.store.v[il]
         c.k, c.v = w.store.ptr(il, "k"), w.store.ptr(il, "v")
-        c.k_type = lib.UB_T_F16 if k.dtype == np.float16 else lib.UB_T_F32
-        c.v_type = lib.UB_T_F16 if v.dtype == np.float16 else lib.UB_T_F32
+        c.k_type, c.v_type = kv_quant.type_id(w.store.type_k), kv_quant.type_id(w.store.type_v)
         return c
 
     def attend(self, il: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
@@ -154,10 +154,11 @@ class Step:
         w, vis = self._visible(il)
         st = w.store
         n, n_head, hd = q.shape
-        st.k[il][w.sidx, w.cells] = k.reshape(w.ns, w.per, *k.shape[1:])
-        st.v[il][w.sidx, w.cells] = v.reshape(w.ns, w.per, *v.shape[1:])
+        flat = (np.asarray(w.sidx, np.int64) * st.kv_size + np.asarray(w.cells, np.int64)).ravel()
+        st.write(il, flat, k, v)
         o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
-                                   scale=float(scale), softcap=float(softcap), n_threads=self.n_threads)
+                                   scale=float(scale), softcap=float(softcap), n_threads=self.n_threads,
+                                   k_type=st.type_k, v_type=st.type_v)
         return o.reshape(n, n_head * hd)
 
 
@@ -173,8 +174,7 @@ class ModelRunner:
         if not isinstance(model, Model):
             raise TypeError(f"model must be a ubatch.Model, got {type(model).__name__}")
         for name, t in (("type_k", type_k), ("type_v", type_v)):
-            if t not in KV_DTYPES:
-                raise ValueError(f"{name}={t!r} is not supported (use 'f32' or 'f16')")
+            check_type(name, t, model.head_dim)
         if pooling not in POOLING:
             raise ValueError(f"pooling={pooling!r} is not one of {POOLING}")
         if int(n_stream) < 1 or int(kv_size) < 1:

@@ -69,7 +69,8 @@ for _prefix, _values in _ENUMS.items():
 del _prefix, _values, _suffix, _value
 
 # the KV cache types ubatch computes with (everything else is refused by name)
-KV_TYPE_NAMES = {0: "f32", 1: "f16"}
+KV_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 20: "iq4_nl",
+                 30: "bf16"}   # GGML_TYPE_* ids llama.cpp offers for type_k / type_v
 POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last"}
 
 __all__ = [n for n in list(globals()) if n.isupper() and not n.startswith("_")]

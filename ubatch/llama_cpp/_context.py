@@ -34,8 +34,8 @@ class CContext:
         for name in ("type_k", "type_v"):
             t = int(getattr(params, name))
             if t not in KV_TYPE_NAMES:
-                raise NotImplementedError(f"{name} = {t}: ubatch keeps the KV cache in f16 (GGML_TYPE_F16 = 1) or "
-                                          f"f32 (GGML_TYPE_F32 = 0) only")
+                raise NotImplementedError(f"{name} = {t}: not a K/V cache type (GGML_TYPE_* ids "
+                                          f"{sorted(KV_TYPE_NAMES)}: {', '.join(KV_TYPE_NAMES.values())})")
             types.append(KV_TYPE_NAMES[t])
         pooling = int(params.pooling_type)
         if pooling == -1:

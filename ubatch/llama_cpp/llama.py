@@ -173,12 +173,13 @@ class Llama:
         self.n_seq_max = int(cp.n_seq_max)
         self._batched = n_seq_max is not None and self.n_seq_max > 1
 
+        from ubatch.llama_cpp._constants import KV_TYPE_NAMES
         from ubatch.llama_cpp._context import check_rope
         check_rope(cp)                      # YaRN / LongRoPE raise NotImplementedError here, naming the parameter
         for name in ("type_k", "type_v"):
-            if int(getattr(cp, name)) not in (0, 1):
-                raise NotImplementedError(f"Llama({name}={int(getattr(cp, name))}): ubatch keeps the KV cache in f16 "
-                                          f"(GGML_TYPE_F16 = 1) or f32 (0); quantised KV types are not implemented")
+            if int(getattr(cp, name)) not in KV_TYPE_NAMES:
+                raise NotImplementedError(f"Llama({name}={int(getattr(cp, name))}): not a K/V cache type (GGML_TYPE_* "
+                                          f"ids {sorted(KV_TYPE_NAMES)})")
         if not os.path.exists(model_path):
             raise ValueError(f"Model path does not exist: {model_path}")
         self._stack = contextlib.ExitStack()

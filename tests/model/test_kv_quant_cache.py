@@ -1,0 +1,65 @@
+"""Quantised / bf16 K/V caches (type_k / type_v = q8_0, q4_0, q4_1, q5_0, q5_1, bf16; f16 with a quantised
+K etc.): batch-invariant bitwise (batch composition, n_ubatch, kv_unified, thread count, chunked prompt),
+K-shift and rollback over quantised rows, llama.cpp's refusals (a quantised V without flash attention, a head
+dim its block does not divide), close to f32 on a tiny gemma2 with head_dim 32 (SWA + soft-cap)."""
+import numpy as np
+import pytest
+
+import ubatch
+from invariance_driver import others_for, run_target
+from ubatch import Batch
+import tiny_arch
+
+TARGET = [1, 17, 33, 50, 8, 99, 120, 3, 64, 77, 5, 200, 18, 42, 11, 90, 150, 7, 23]
+
+
+@pytest.fixture(scope="module")
+def m32(tmp_path_factory):
+    p = tmp_path_factory.mktemp("qkv") / "gemma2-hd32.gguf"
+    tiny_arch.write("gemma2-f32", p, head_dim=32)
+    return ubatch.Model.from_gguf(str(p))
+
+
+def _run(m, tk, tv, **kw):
+    return run_target(m, TARGET, type_k=tk, type_v=tv, **kw)
+
+
+@pytest.mark.parametrize("tk, tv", [("q8_0", "q8_0"), ("bf16", "bf16"), ("q4_0", "q4_1"), ("q5_0", "f16"),
+                                    ("f16", "q5_1")])
+def test_quantised_kv_bitwise_invariant(m32, tk, tv):
+    ref = _run(m32, tk, tv)
+    got = _run(m32, tk, tv, others=others_for(m32.n_vocab, [4, 9, 2]), n_ubatch=7, kv_unified=True, n_threads=1,
+               chunks=(8,))
+    for a, b in zip(ref, got):
+        assert np.array_equal(a, b)
+    f32 = _run(m32, "f32", "f32")[0]            # the prompt's last logits (greedy steps may part ways)
+    err = float(np.abs(ref[0] - f32).max()) / float(f32.max() - f32.min())
+    assert 0 < err < (0.02 if tk in ("q8_0", "bf16") else 0.1), err
+
+
+def test_quantised_kv_shift_and_memory_ops(m32):
+    """seq_rm + seq_add (a K-shift of quantised rows) leaves the shifted sequence's logits as llama.cpp's
+    dequantise / rotate / requantise does: close to a fresh decode at the shifted positions, and invariant."""
+    outs = []
+    for n_threads in (1, 2):
+        ctx = ubatch.Context(m32, n_ctx=256, type_k="q8_0", type_v="q8_0", n_threads=n_threads)
+        toks = TARGET[:12]
+        assert ctx.decode(Batch.from_arrays(tokens=toks, pos=list(range(12)), seq_ids=[[0]] * 12,
+                                            output=[0] * 12)) == 0
+        ctx.memory.seq_rm(0, 2, 5)
+        ctx.memory.seq_add(0, 5, -1, -3)
+        assert ctx.decode(Batch.from_arrays(tokens=[9], pos=[9], seq_ids=[[0]], output=[1])) == 0
+        outs.append(ctx.get_logits_ith(0).copy())
+    assert np.array_equal(outs[0], outs[1])
+    assert np.isfinite(outs[0]).all()
+
+
+def test_refusals_name_the_parameter(m32):
+    with pytest.raises(ValueError, match="type_v"):
+        ubatch.Context(m32, n_ctx=64, type_k="f16", type_v="q8_0", flash_attn=0)
+    with pytest.raises(ValueError, match="type_k"):
+        ubatch.Context(m32, n_ctx=64, type_k="q7_0")
+    with pytest.raises(NotImplementedError, match="type_v"):
+        ubatch.Context(m32, n_ctx=64, type_v="iq4_nl")
+    with pytest.raises(ValueError, match="type_k"):
+        ubatch.Context(ubatch.models.tiny_llama(), n_ctx=64, type_k="q8_0")   # head_dim 16
