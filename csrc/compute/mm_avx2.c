@@ -217,15 +217,22 @@ DISPATCH(dot_q5_1, B_Q5_1)
 
 /* ---- Q4_K / Q5_K against Q8_K ---- */
 
-INL void scale_min_k4(const uint8_t *s, int16_t *sc, int16_t *mn16) { /* sc[8]; mn16[16]: each min twice */
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn16[2 * j] = mn16[2 * j + 1] = s[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (int16_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        mn16[2 * j] = mn16[2 * j + 1] = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
+/* The 8 sub-block scales (returned, byte j = scale j) and the 8 mins (*mins: 16 int16 lanes, each min twice)
+ * of a Q4_K / Q5_K block, from the 12 packed bytes at s, in registers (an int16 array stored and reloaded as
+ * one vector stalls on store forwarding every block). Per byte: scale j < 4 = s[j] & 63, min j < 4 =
+ * s[j + 4] & 63; j >= 4: scale = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, min = (s[j + 4] >> 4) | (s[j] >> 6) << 4. */
+INL AVX2 uint64_t scale_min_k4(const uint8_t *s, __m256i *mins) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, mn_lo = u1 & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i mn8 = _mm_cvtsi64_si128((long long)(((uint64_t)mn_hi << 32) | mn_lo));
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    *mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn8, twice));
+    return ((uint64_t)sc_hi << 32) | sc_lo;
 }
 
 INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
@@ -236,10 +243,9 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
         const uint8_t *qs = b + (five ? 48 : 16);
-        int16_t sc[8], mn16[16];
-        scale_min_k4(b + 4, sc, mn16);
+        __m256i mins;
+        const uint64_t sc = scale_min_k4(b + 4, &mins);
         const float dw = h2f(b), dmw = h2f(b + 2);
-        const __m256i mins = _mm256_loadu_si256((const __m256i *)mn16);
         const __m256i qh = five ? ld(b + 16) : _mm256_setzero_si256();
         __m256i sumi[UB_MM_RT];
         UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
@@ -250,7 +256,8 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
             }
-            const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+            const __m256i s_lo = _mm256_set1_epi16((short)((sc >> (16 * c)) & 0xFF));
+            const __m256i s_hi = _mm256_set1_epi16((short)((sc >> (16 * c + 8)) & 0xFF));
             UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                 sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld(x->qs + 64 * c)), s_lo));

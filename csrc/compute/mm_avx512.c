@@ -6,6 +6,7 @@
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #define VN_TGT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define VN_DPBUSD(c, u, s) _mm256_dpbusd_epi32((c), (u), (s))
+#define VN_DPWSSD(c, p, s) _mm256_dpwssd_epi32((c), (p), (s))
 #define VN_AVX512 1
 #define VN_SUFFIX(x) x##_avx512
 #include "mm_vnni.h"

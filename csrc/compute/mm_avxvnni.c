@@ -5,6 +5,7 @@
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #define VN_TGT "avx2,fma,f16c,avxvnni"
 #define VN_DPBUSD(c, u, s) _mm256_dpbusd_avx_epi32((c), (u), (s))
+#define VN_DPWSSD(c, p, s) _mm256_dpwssd_avx_epi32((c), (p), (s))
 #define VN_AVX512 0
 #define VN_SUFFIX(x) x##_avxvnni
 #include "mm_vnni.h"

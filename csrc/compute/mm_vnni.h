@@ -1,11 +1,12 @@
 /* The VNNI dot and GEMM kernels of the 32-element block types (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 against Q8_0;
- * Q4_1, Q5_1 against Q8_1): ONE source compiled twice, by mm_avxvnni.c (AVX2 + AVX-VNNI, VEX vpdpbusd,
- * 16 ymm registers) and by mm_avx512.c (AVX-512 F/BW/VL + AVX512_VNNI: EVEX vpdpbusd, opmask bit
+ * Q4_1, Q5_1 against Q8_1) and the dot kernels of Q4_K / Q5_K / Q6_K (against Q8_K): ONE source compiled
+ * twice, by mm_avxvnni.c (AVX2 + AVX-VNNI, VEX vpdpbusd / vpdpwssd, 16 ymm registers) and by mm_avx512.c (AVX-512 F/BW/VL + AVX512_VNNI: EVEX vpdpbusd, opmask bit
  * expansion, 32 registers, and 512-bit tiles), so that whichever of the two a machine has tests this code.
  *
  * The including file defines, before including it:
  *   VN_TGT            the target attribute string of every function here;
  *   VN_DPBUSD(c,u,s)  c + vpdpbusd(u (unsigned bytes), s (signed bytes)) on 256 bits;
+ *   VN_DPWSSD(c,p,s)  c + vpdpwssd(p, s) (int16 pairs times int16, summed into int32 lanes) on 256 bits;
  *   VN_AVX512         1 when AVX-512 BW/VL may be used (mask registers, 512-bit tiles), else 0;
  *   VN_SUFFIX(x)      the name of an exported function (x ## _avxvnni / x ## _avx512).
  *
@@ -160,6 +161,122 @@ VN_DISPATCH(vn_dot_q5_1, 4)
 VN_DISPATCH(vn_dot_iq4_nl, 5)
 VN_DISPATCH(vn_dot_mxfp4, 6)
 
+/* ---- Q4_K / Q5_K / Q6_K against Q8_K: the AVX2 kernels (mm_avx2.c body_q45k / body_q6k) with each
+ * madd-by-scale + add of the int32 lanes fused into one VN_DPWSSD (vpdpwssd: lane += p0 * s + p1 * s of the
+ * two int16 maddubs pairs, no saturation — exactly madd then add), so the block's 8 int32 lanes are the same
+ * integers; the f32 products dw * dx, dmin * dx, the FMA / FNMA into the row's accumulator in block order
+ * and the hsum are the AVX2 kernel's, hence bitwise its results. ---- */
+/* The 8 sub-block scales and 8 mins of a Q4_K / Q5_K block (6-bit, packed in the 12 bytes at s) without a
+ * store / reload (the AVX2 kernel's int16 arrays cost a store-forwarding stall per block): returns the scales,
+ * byte j = scale j, and sets *mins to the 16 int16 lanes min 0, min 0, min 1, min 1, ..., min 7, min 7. The
+ * same integers as mm_avx2.c scale_min_k4: scale j < 4 = s[j] & 63, min j < 4 = s[j + 4] & 63; for j >= 4
+ * scale = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, min = (s[j + 4] >> 4) | (s[j] >> 6) << 4, per byte. */
+VN_INL uint64_t vn_scale_min_k4(const uint8_t *s, __m256i *mins) {
+    const uint32_t u0 = vn_rd32(s), u1 = vn_rd32(s + 4), u2 = vn_rd32(s + 8);
+    const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, mn_lo = u1 & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i mn8 = _mm_cvtsi64_si128((long long)(((uint64_t)mn_hi << 32) | mn_lo));
+    const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    *mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(mn8, twice));
+    return ((uint64_t)sc_hi << 32) | sc_lo;
+}
+
+/* y[r * ys] for r < nr: weight row w (nb Q4_K / Q5_K blocks) . activation rows a + r * as (Q8_K). */
+VN_INL void vn_body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                         int64_t ys, const int five) {
+    __m256 acc[UB_MM_RT];
+    VN_UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * (five ? 176 : 144);
+        const uint8_t *qs = b + (five ? 48 : 16);
+        __m256i mins;
+        const uint64_t sc = vn_scale_min_k4(b + 4, &mins);
+        const float dw = vn_h2f(b), dmw = vn_h2f(b + 2);
+        const __m256i qh = five ? vn_ld(b + 16) : _mm256_setzero_si256();
+        __m256i sumi[UB_MM_RT];
+        VN_UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i raw = vn_ld(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
+            const __m256i s_lo = _mm256_set1_epi16((short)((sc >> (16 * c)) & 0xFF));
+            const __m256i s_hi = _mm256_set1_epi16((short)((sc >> (16 * c + 8)) & 0xFF));
+            VN_UNR for (int r = 0; r < nr; r++) {
+                const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                sumi[r] = VN_DPWSSD(sumi[r], _mm256_maddubs_epi16(lo, vn_ld(x->qs + 64 * c)), s_lo);
+                sumi[r] = VN_DPWSSD(sumi[r], _mm256_maddubs_epi16(hi, vn_ld(x->qs + 64 * c + 32)), s_hi);
+            }
+        }
+        VN_UNR for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
+        }
+    }
+    VN_UNR for (int r = 0; r < nr; r++) y[r * ys] = vn_hsum(acc[r]);
+}
+
+/* y[r * ys] for r < nr: weight row w (nb Q6_K blocks; e in [0, 63], value e - 32, the -32 folded in exactly
+ * via the bsums) . activation rows a + r * as (Q8_K). */
+VN_INL void vn_body_q6k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
+                        int64_t ys) {
+    __m256 acc[UB_MM_RT];
+    VN_UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * 210;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float dw = vn_h2f(b + 208);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sumi[UB_MM_RT];
+        VN_UNR for (int r = 0; r < nr; r++) sumi[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = vn_ld(b + 64 * h), ql1 = vn_ld(b + 64 * h + 32), qh = vn_ld(b + 128 + 32 * h);
+            for (int i = 0; i < 4; i++) {
+                const __m256i l = i == 0 ? _mm256_and_si256(ql0, m4)
+                                  : i == 1 ? _mm256_and_si256(ql1, m4)
+                                  : i == 2 ? _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4)
+                                           : _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4);
+                const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), m2), 4);
+                const __m256i e = _mm256_or_si256(l, hb);
+                const int s0 = 8 * h + 2 * i;
+                const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[s0 + 1]), _mm_set1_epi16(sc[s0]));
+                VN_UNR for (int r = 0; r < nr; r++) {
+                    const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+                    sumi[r] = VN_DPWSSD(sumi[r], _mm256_maddubs_epi16(e, vn_ld(x->qs + 128 * h + 32 * i)), sv);
+                }
+            }
+        }
+        VN_UNR for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
+            const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), sc16), 5);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[r], corr)), acc[r]);
+        }
+    }
+    VN_UNR for (int r = 0; r < nr; r++) y[r * ys] = vn_hsum(acc[r]);
+}
+
+#define VN_DISPATCH_K(NAME, BODY, ...)                                                                      \
+    VN void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
+        switch (nr) {                                                                                       \
+        case 1: BODY(nb, w, a, as, 1, y, ys __VA_ARGS__); break;                                            \
+        case 2: BODY(nb, w, a, as, 2, y, ys __VA_ARGS__); break;                                            \
+        case 3: BODY(nb, w, a, as, 3, y, ys __VA_ARGS__); break;                                            \
+        case 4: BODY(nb, w, a, as, 4, y, ys __VA_ARGS__); break;                                            \
+        case 5: BODY(nb, w, a, as, 5, y, ys __VA_ARGS__); break;                                            \
+        default: BODY(nb, w, a, as, 6, y, ys __VA_ARGS__); break;                                           \
+        }                                                                                                   \
+    }
+VN_DISPATCH_K(vn_dot_q4_k, vn_body_q45k, , 0)
+VN_DISPATCH_K(vn_dot_q5_k, vn_body_q45k, , 1)
+VN_DISPATCH_K(vn_dot_q6_k, vn_body_q6k)
+
 ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
     switch (type) {
     case UB_T_Q4_0: return vn_dot_q4_0;
@@ -169,8 +286,11 @@ ub_mm_dot_fn VN_SUFFIX(ub_mm_dot)(int32_t type) {
     case UB_T_Q5_1: return vn_dot_q5_1;
     case UB_T_IQ4_NL: return vn_dot_iq4_nl;
     case UB_T_MXFP4: return vn_dot_mxfp4;
+    case UB_T_Q4_K: return vn_dot_q4_k;
+    case UB_T_Q5_K: return vn_dot_q5_k;
+    case UB_T_Q6_K: return vn_dot_q6_k;
     }
-    return 0; /* the k-quants and float types: the AVX2 kernels (vpdpbusd would not save an operation) */
+    return 0; /* Q2_K / Q3_K, the other i-quants and the float types: the AVX2 kernels */
 }
 
 /* ---- GEMM tiles (kinds 0..2, 5, 6: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): VN_GC weight rows x VN_GR activation rows per call ----

@@ -70,15 +70,8 @@ def main() -> None:
         for name in sys.argv[1:] or tiny_arch.SPECS:   # model names to (re-)record, default all
             path = tiny_arch.write(name, os.path.join(td, name + ".gguf"))
             runs = {c["tag"]: run(path, c) for c in S.CONFIGS}
-            first = runs[S.CONFIGS[0]["tag"]]
-            arrs = {"logits": first}
-            spread = 0.0
-            for tag, lg in runs.items():
-                top = np.argsort(-lg, axis=1, kind="stable")[:, :2].astype(np.int32)
-                arrs[f"top2_{tag}"] = top
-                arrs[f"top2v_{tag}"] = np.take_along_axis(lg, top, axis=1)
-                arrs[f"maxdiff_{tag}"] = np.abs(lg - first).max(axis=1).astype(np.float32)
-                spread = max(spread, float(arrs[f"maxdiff_{tag}"].max()))
+            arrs, spread = S.summarise(runs)
+            first = arrs["logits"]
             np.savez_compressed(os.path.join(OUT, name + ".npz"), **arrs)
             doc = {"model": name, "sha256": tiny_arch.sha256(path), "llama_cpp_python": L.__version__,
                    "configs": S.CONFIGS, "scenario": S.describe(), "rows": int(first.shape[0]),

@@ -34,15 +34,8 @@ def main() -> None:
         for name in tiny_types.TYPES:
             path = tiny_types.write(name, os.path.join(td, name + ".gguf"))
             runs = {c["tag"]: run(path, c) for c in CONFIGS}
-            first = runs[CONFIGS[0]["tag"]]
-            arrs = {"logits": first}
-            spread = 0.0
-            for tag, lg in runs.items():
-                top = np.argsort(-lg, axis=1, kind="stable")[:, :2].astype(np.int32)
-                arrs[f"top2_{tag}"] = top
-                arrs[f"top2v_{tag}"] = np.take_along_axis(lg, top, axis=1)
-                arrs[f"maxdiff_{tag}"] = np.abs(lg - first).max(axis=1).astype(np.float32)
-                spread = max(spread, float(arrs[f"maxdiff_{tag}"].max()))
+            arrs, spread = S.summarise(runs)
+            first = arrs["logits"]
             np.savez_compressed(os.path.join(OUT, name + ".npz"), **arrs)
             doc = {"model": f"tiny-llama-{name}", "sha256": tiny_types.sha256(path), "llama_cpp_python": L.__version__,
                    "configs": CONFIGS, "scenario": S.describe(), "rows": int(first.shape[0]), "spread": spread,

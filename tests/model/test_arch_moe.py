@@ -42,18 +42,6 @@ def files(tmp_path_factory):
     return {name: tiny_arch.write(name, d / f"{name}.gguf") for name in tiny_arch.SPECS}
 
 
-def _replay(m, cfg) -> np.ndarray:
-    ctx = ubatch.Context(m, n_ctx=S.N_CTX, n_batch=512, n_ubatch=cfg["n_ubatch"], n_seq_max=S.N_SEQ,
-                         kv_unified=cfg["kv_unified"], n_threads=cfg["n_threads"], type_k="f32", type_v="f32")
-    out = []
-    for st in S.steps():
-        b = Batch.from_arrays(tokens=[t for t, _, _ in st], pos=[p for _, p, _ in st],
-                              seq_ids=[[s] for *_, s in st], output=[1] * len(st))
-        assert ctx.decode(b) == 0
-        out += [ctx.get_logits_ith(i).copy() for i in range(len(st))]
-    return np.stack(out)
-
-
 def _recording(name):
     with open(os.path.join(DATA, name + ".json")) as f:
         doc = json.load(f)
@@ -69,16 +57,12 @@ def test_agrees_with_llama_cpp(files, name):
     ref = z["logits"]
     tags = [c["tag"] for c in doc["configs"]]
     tol = max(doc["spread"], FLOOR[tiny_arch.SPECS[name][1]])
-    margins = np.stack([z[f"top2v_{t}"][:, 0] - z[f"top2v_{t}"][:, 1] for t in tags])
-    motion = 0.0
-    for t in tags[1:]:   # the margin of the first configuration's top two ids, as each configuration gives it
-        same = (z[f"top2_{t}"] == z[f"top2_{tags[0]}"]).all(axis=1)
-        motion = max(motion, float(np.abs(margins[0] - margins[tags.index(t)])[same].max(initial=0.0)))
+    margins, motion = S.margins_motion(z, tags)   # motion: of the first configuration's top-two margin
     M = max(2 * tol, motion)
     clear = (margins >= M).all(axis=0)
     m = Model.from_gguf(files[name])
     for cfg in (S.CONFIGS[0], S.CONFIGS[2]):
-        ub = _replay(m, cfg)
+        ub = S.replay(m, cfg)
         d = np.abs(ub - ref).max(axis=1)
         assert d.max() <= tol, f"{name} {cfg['tag']}: row {int(d.argmax())} off by {d.max():.3g} > {tol:.3g}"
         assert np.array_equal(ub.argmax(axis=1)[clear], ref.argmax(axis=1)[clear])

@@ -19,8 +19,6 @@ import os
 import numpy as np
 import pytest
 
-import ubatch
-from ubatch import Batch
 from ubatch.model.model import Model
 
 import arch_scenario as S
@@ -47,18 +45,6 @@ def family_spread() -> float:
     return out
 
 
-def _replay(m, cfg) -> np.ndarray:
-    ctx = ubatch.Context(m, n_ctx=S.N_CTX, n_batch=512, n_ubatch=cfg["n_ubatch"], n_seq_max=S.N_SEQ,
-                         kv_unified=cfg["kv_unified"], n_threads=cfg["n_threads"], type_k="f32", type_v="f32")
-    out = []
-    for st in S.steps():
-        b = Batch.from_arrays(tokens=[t for t, _, _ in st], pos=[p for _, p, _ in st],
-                              seq_ids=[[s] for *_, s in st], output=[1] * len(st))
-        assert ctx.decode(b) == 0
-        out += [ctx.get_logits_ith(i).copy() for i in range(len(st))]
-    return np.stack(out)
-
-
 @pytest.mark.parametrize("name", sorted(tiny_types.TYPES))
 def test_agrees_with_llama_cpp(files, name):
     with open(os.path.join(DATA, name + ".json")) as f:
@@ -69,17 +55,13 @@ def test_agrees_with_llama_cpp(files, name):
     ref = z["logits"]
     tags = [c["tag"] for c in doc["configs"]]
     tol = max(doc["spread"], FLOOR, family_spread())
-    margins = np.stack([z[f"top2v_{t}"][:, 0] - z[f"top2v_{t}"][:, 1] for t in tags])
-    motion = 0.0
-    for t in tags[1:]:
-        same = (z[f"top2_{t}"] == z[f"top2_{tags[0]}"]).all(axis=1)
-        motion = max(motion, float(np.abs(margins[0] - margins[tags.index(t)])[same].max(initial=0.0)))
+    margins, motion = S.margins_motion(z, tags)   # motion: of the first configuration's top-two margin
     M = max(2 * max(doc["spread"], FLOOR), motion)
     clear = (margins >= M).all(axis=0)
     m = Model.from_gguf(files[name])
     assert {w.type_name for w in (m.weights.output, m.weights.layers[0].wq)} == {name}
     for cfg in (S.CONFIGS[0], S.CONFIGS[2]):
-        ub = _replay(m, cfg)
+        ub = S.replay(m, cfg)
         d = np.abs(ub - ref).max(axis=1)
         print(name, cfg["tag"], "max |dlogit|", float(d.max()), "tol", tol, "clear", int(clear.sum()), "/", clear.size)
         assert (d <= tol).mean() >= 0.9, f"{name} {cfg['tag']}: {int((d > tol).sum())} rows off by more than {tol:.3g}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ubatch.model import moe
 from ubatch.model.arch import granite
+from ubatch.model.arch.granite import embed, forward, forward_reference, load_weights, logits  # noqa: F401
 from ubatch.model.gguf_file import GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 
@@ -22,11 +23,3 @@ def load_hparams(f: GGUFFile) -> HParams:
     granite.apply_multipliers(f, hp, embd=0.0, residual=0.0, logit=0.0, logit_required=True)
     hp.moe = moe.read_moe(f, hp, norm_w=True, shared=True, ff_exp=hp.n_ff, shared_default=0, shexp_gated=False)
     return hp
-
-
-# granite's decoder tensors and graph
-load_weights = granite.load_weights
-forward = granite.forward
-forward_reference = granite.forward_reference
-embed = granite.embed
-logits = granite.logits

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ubatch.model.arch import granite
+from ubatch.model.arch.granite import embed, forward, forward_reference, load_weights, logits  # noqa: F401
 from ubatch.model.gguf_file import GGUFFile
 from ubatch.model.hparams import ROPE_NORM, HParams, read_hparams
 
@@ -21,11 +22,3 @@ def load_hparams(f: GGUFFile) -> HParams:
     granite.apply_multipliers(f, hp, embd=12.0, residual=residual, logit=logit, logit_required=False)
     hp.kq_scale = 1.0 / float(np.sqrt(np.float32(hp.head_dim)))
     return hp
-
-
-# granite's decoder tensors and graph
-load_weights = granite.load_weights
-forward = granite.forward
-forward_reference = granite.forward_reference
-embed = granite.embed
-logits = granite.logits
