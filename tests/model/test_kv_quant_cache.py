@@ -27,7 +27,7 @@ def _run(m, tk, tv, **kw):
 
 
 @pytest.mark.parametrize("tk, tv", [("q8_0", "q8_0"), ("bf16", "bf16"), ("q4_0", "q4_1"), ("q5_0", "f16"),
-                                    ("f16", "q5_1")])
+                                    ("f16", "q5_1"), ("q4_1", "q8_0")])
 def test_quantised_kv_bitwise_invariant(m32, tk, tv):
     ref = _run(m32, tk, tv)
     got = _run(m32, tk, tv, others=others_for(m32.n_vocab, [4, 9, 2]), n_ubatch=7, kv_unified=True, n_threads=1,
