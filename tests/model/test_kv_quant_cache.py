@@ -100,3 +100,21 @@ def test_agrees_with_llama_cpp_quantised_kv(m32):
             d = np.abs(ub - ref).max(axis=1)
             assert d.max() <= tol, f"{c['tag']} {cfg['tag']}: row {int(d.argmax())} off by {d.max():.3g} > {tol:.3g}"
             assert np.array_equal(ub.argmax(axis=1), ref.argmax(axis=1)), c["tag"]
+
+
+def test_dropin_state_carries_quantised_bytes(m32):
+    """Llama(type_k=GGML_TYPE_Q8_0, type_v=GGML_TYPE_Q4_0, flash_attn=True): save_state / load_state into a
+    fresh Llama carries the quantised K/V bytes (the next logits equal bitwise)."""
+    from ubatch import llama_cpp as L
+    kw = dict(n_ctx=128, type_k=L.GGML_TYPE_Q8_0, type_v=L.GGML_TYPE_Q4_0, flash_attn=True, verbose=False,
+              logits_all=True)
+    a = L.Llama(m32.path, **kw)
+    a.eval([1, 5, 9, 33, 70])
+    st = a.save_state()
+    a.eval([11])
+    b = L.Llama(m32.path, **kw)
+    b.load_state(st)
+    b.eval([11])
+    assert np.array_equal(np.asarray(a.scores[a.n_tokens - 1]), np.asarray(b.scores[b.n_tokens - 1]))
+    with pytest.raises(ValueError):          # a quantised V without flash attention: llama.cpp fails the context
+        L.Llama(m32.path, **{**kw, "flash_attn": False})
