@@ -3,7 +3,6 @@ its vocabulary (ubatch.Tokenizer, when the file has one) and its weights (ubatch
 handles llama_model_load_from_file / llama_model_get_vocab return."""
 from __future__ import annotations
 
-import os
 from typing import Dict, Optional
 
 import numpy as np
@@ -28,16 +27,20 @@ def _meta_str(v) -> Optional[str]:
 
 
 def read_metadata(path: str):
-    """(metadata key -> value, number of weight elements) of a GGUF file (ubatch's own memory-mapped reader)."""
+    """(metadata key -> value, number of weight elements, bytes of the weights) of a GGUF file (ubatch's own
+    memory-mapped reader)."""
     from ubatch.model.gguf_file import GGUFFile
     f = GGUFFile(path)
-    n_params = 0
-    for t in f.tensors.values():
-        n = 1
-        for d in t.ne:
-            n *= int(d)
-        n_params += n
-    return dict(f.metadata), n_params
+    return dict(f.metadata), _n_params(f), _n_bytes(f)
+
+
+def _n_params(gf) -> int:
+    return sum(int(np.prod([int(d) for d in t.ne])) for t in gf.tensors.values())
+
+
+def _n_bytes(gf) -> int:
+    """llama_model_size: the bytes of the weight tensors (not the file: metadata and padding excluded)."""
+    return sum(int(t.nbytes) for t in gf.tensors.values())
 
 
 def _load_tokenizer(path: str, raw: Dict[str, object]):
@@ -66,9 +69,9 @@ class CModel:
         gf = getattr(self.model, "file", None)
         if gf is not None and hasattr(gf, "metadata") and hasattr(gf, "tensors"):
             self.raw = dict(gf.metadata)
-            self.n_params = sum(int(np.prod([int(d) for d in t.ne])) for t in gf.tensors.values())
+            self.n_params, self.size_bytes = _n_params(gf), _n_bytes(gf)
         else:
-            self.raw, self.n_params = read_metadata(path)
+            self.raw, self.n_params, self.size_bytes = read_metadata(path)
         self.arch = str(self.raw.get("general.architecture", ""))
         self.meta: Dict[str, str] = {}
         for k, v in self.raw.items():
@@ -83,7 +86,6 @@ class CModel:
             self.n_vocab = len(toks)
         else:
             self.n_vocab = int(self.raw.get(f"{self.arch}.vocab_size", 0))
-        self.size_bytes = os.path.getsize(path)
         self.handle = REGISTRY.new("model", self)
         from ubatch.llama_cpp._vocab import CVocab
         self.vocab = CVocab(self)

@@ -25,6 +25,7 @@ _vp, _i32, _u32, _f, _b, _sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32,
 
 _LIVE = {}      # address of the llama_sampler struct -> (struct, Python sampler | None for custom)
 _DEAD = set()
+_ADOPTED = set()  # addresses of the caller's own llama_sampler structs added to a chain (the caller owns them)
 
 
 def _new(obj: Optional[S.Sampler], iface=None, ctx=None):
@@ -102,9 +103,27 @@ def llama_sampler_chain_init(params):
     return _new(S.Chain(params.no_perf))
 
 
+def _adopt(smpl) -> None:
+    """A llama_sampler struct the caller built (0.3.36's CustomSampler: a ctypes pointer to a struct whose iface
+    is set) becomes a custom sampler of the chain, as llama.cpp takes any struct with an interface table. Only
+    ctypes pointers / byref are adopted (a bare integer address cannot be checked)."""
+    if isinstance(smpl, _SP) and smpl:
+        st = smpl.contents
+    elif type(smpl).__name__ == "CArgObject" and isinstance(getattr(smpl, "_obj", None), llama_sampler):
+        st = smpl._obj
+    else:
+        return
+    addr = ctypes.addressof(st)
+    if addr not in _LIVE and st.iface:
+        _LIVE[addr] = (st, None, ctypes.pointer(st))
+        _ADOPTED.add(addr)
+        _DEAD.discard(addr)
+
+
 @cfunc([_SP, _SP])
 def llama_sampler_chain_add(chain, smpl):
     _, c, _p = _get(chain, "llama_sampler_chain_add")
+    _adopt(smpl)
     _get(smpl, "llama_sampler_chain_add")
     if not isinstance(c, S.Chain):
         raise ValueError("llama_sampler_chain_add: the first argument is not a sampler chain")
@@ -130,7 +149,11 @@ def llama_sampler_chain_remove(chain, i):
     _, c, _p = _get(chain, "llama_sampler_chain_remove")
     if not isinstance(c, S.Chain) or not (0 <= i < len(c.samplers)):
         return _SP()
-    return _LIVE[c.samplers.pop(i)][2]
+    addr = c.samplers.pop(i)
+    if addr in _ADOPTED and addr not in c.samplers:       # the caller's struct goes back to the caller
+        _ADOPTED.discard(addr)
+        return _LIVE.pop(addr)[2]
+    return _LIVE[addr][2]
 
 
 # ------------------------------------------------------------------ initialisers
@@ -297,6 +320,7 @@ def llama_sampler_free(smpl):
     if ent is None:
         return
     _DEAD.add(addr)
+    _ADOPTED.discard(addr)
     st, obj, ptr = ent
     if obj is None:
         if st.iface and st.iface.contents.free:

@@ -3,6 +3,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Dict  # noqa: F401  (llama_cpp._utils.Any / Dict, as in 0.3.36)
+
+# opened once at import, as 0.3.36 does (so the context manager works inside __del__ at interpreter exit)
+outnull_file = open(os.devnull, "w")
+errnull_file = open(os.devnull, "w")
+STDOUT_FILENO = 1
+STDERR_FILENO = 2
 
 
 class suppress_stdout_stderr:
@@ -37,10 +44,15 @@ class suppress_stdout_stderr:
             self.os.close(fd)
 
 
-class Singleton(type):
-    _instances: dict = {}
+class MetaSingleton(type):
+    """A metaclass whose classes have one instance (made by the first call)."""
+    _instances: Dict[type, Any] = {}
 
     def __call__(cls, *args, **kwargs):
         if cls not in cls._instances:
             cls._instances[cls] = super().__call__(*args, **kwargs)
         return cls._instances[cls]
+
+
+class Singleton(object, metaclass=MetaSingleton):
+    """A base class for one-instance classes (0.3.36's `class X(Singleton)`)."""

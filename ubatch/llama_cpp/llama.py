@@ -12,7 +12,9 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from collections import deque  # noqa: F401  (llama_cpp.llama.deque and the names below, as 0.3.36 has them)
+from pathlib import Path  # noqa: F401
+from typing import Any, Callable, Deque, Dict, Generator, Iterator, List, Optional, Sequence, Union  # noqa: F401
 
 import numpy as np
 
@@ -28,6 +30,7 @@ from ubatch.llama_cpp.llama_cache import BaseLlamaCache, LlamaCache, LlamaDiskCa
 from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (llama_cpp.llama re-exports the types, as 0.3.36)
 from ubatch.llama_cpp._logger import set_verbose  # noqa: F401
 from ubatch.llama_cpp._utils import suppress_stdout_stderr  # noqa: F401
+from ubatch.llama_cpp.llama_speculative import LlamaDraftModel  # noqa: F401
 
 LLAMA_DEFAULT_SEED = llama_cpp.LLAMA_DEFAULT_SEED
 
@@ -713,4 +716,7 @@ class Llama:
 
 __all__ = ["Llama", "LlamaState", "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria",
            "StoppingCriteriaList", "MinTokensLogitsProcessor",
-           "LlamaGrammar", "LlamaTokenizer", "BaseLlamaTokenizer", "LLAMA_DEFAULT_SEED"]
+           "LlamaGrammar", "LlamaTokenizer", "BaseLlamaTokenizer", "LLAMA_DEFAULT_SEED",
+           # what 0.3.36's `from .llama import *` (no __all__ there) also puts into `llama_cpp`
+           "LlamaDraftModel", "set_verbose", "suppress_stdout_stderr", "Deque", "Generator", "Iterator", "Path",
+           "Sequence", "deque"]
