@@ -1,6 +1,7 @@
 /* K/V cache row codecs (contracts: ub_kv_quant.h). The quantisers follow ggml's reference rounding
  * (quantize_row_*_ref): per block of 32, the scale from the block's extreme value, the scale stored as a
- * half, the codes from x * (1 / scale). Written from the formats' definitions, not from ggml's code. */
+ * half, the codes from x * (1 / scale) (iq4_nl: the nearest of its 16 values, then the scale refitted).
+ * Written from the formats' definitions, not from ggml's code. */
 #include <math.h>
 #include <string.h>
 
@@ -132,6 +133,43 @@ static void q5_1_block(const float *x, uint8_t *y) { /* d half, m half, qh u32, 
     memcpy(y + 4, &qh, 4);
 }
 
+/* The index of the IQ4NL value nearest x (ties to the larger value; below / above the table: its ends). */
+static int nl_index(float x) {
+    if (x <= (float)IQ4NL[0]) return 0;
+    if (x >= (float)IQ4NL[15]) return 15;
+    int lo = 0, hi = 15; /* IQ4NL[lo] <= x < IQ4NL[hi] */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (x < (float)IQ4NL[mid]) hi = mid;
+        else lo = mid;
+    }
+    return x - (float)IQ4NL[hi - 1] < (float)IQ4NL[hi] - x ? hi - 1 : hi;
+}
+/* d half, qs[16] (low nibble j, high nibble j + 16): indices into IQ4NL. ggml's reference (no importance
+ * weights, no scale search): codes for the scale max / IQ4NL[0], then the scale refitted by least squares
+ * weighted by x^2 for those codes. A block below 1e-15 in magnitude gets d = 0 (its codes: value 1). */
+static void iq4_nl_block(const float *x, uint8_t *y) {
+    float amax;
+    const float mx = absmax_signed(x, &amax);
+    uint8_t L[QK];
+    float d = 0.0f;
+    if (amax >= 1e-15f) {
+        const float id = 1.0f / (mx / (float)IQ4NL[0]);
+        float sqx = 0.0f, sq2 = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            L[j] = (uint8_t)nl_index(id * x[j]);
+            const float q = (float)IQ4NL[L[j]], w = x[j] * x[j];
+            sqx += w * q * x[j];
+            sq2 += w * q * q;
+        }
+        d = sq2 > 0.0f ? sqx / sq2 : 0.0f;
+    } else {
+        memset(L, 8, sizeof L);
+    }
+    put16(y, ub_f2h(d));
+    for (int j = 0; j < QK / 2; j++) y[2 + j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+
 void ub_kv_quant_row(int32_t type, const float *x, void *yv, int32_t n) {
     uint8_t *y = yv;
     switch (type) {
@@ -151,6 +189,7 @@ void ub_kv_quant_row(int32_t type, const float *x, void *yv, int32_t n) {
         case UB_T_Q4_1: q4_1_block(xb, yb); break;
         case UB_T_Q5_0: q5_0_block(xb, yb); break;
         case UB_T_Q5_1: q5_1_block(xb, yb); break;
+        case UB_T_IQ4_NL: iq4_nl_block(xb, yb); break;
         default: memset(yb, 0, (size_t)bb); break;
         }
     }
@@ -282,7 +321,6 @@ int ub_kv_store_rows(int32_t type, const float *src, int64_t n_rows, int32_t n, 
                      const int64_t *idx) {
     const int64_t rs = ub_kv_row_size(type, n);
     if (rs < 0 || n_rows < 0 || dst_rows < 0) return UB_E_ARG;
-    if (type == UB_T_IQ4_NL) return UB_E_ARG; /* no quantiser yet: refused before anything is written */
     if (n_rows == 0) return UB_OK;
     if (!src || !dst) return UB_E_ARG;
     if (idx) {

@@ -180,7 +180,7 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     if (n_threads < 1) return fail(err, err_len, "n_threads = %d < 1", n_threads);
     if (!kv->k || !kv->v || !kv->dst || !kv->row_stream || !kv->off || !kv->cells || kv->n_stream < 1 ||
         kv->kv_size < 1 || ub_kv_row_size(kv->k_type, L->head_dim) < 0 ||
-        ub_kv_row_size(kv->v_type, L->head_dim) < 0 || kv->k_type == UB_T_IQ4_NL || kv->v_type == UB_T_IQ4_NL)
+        ub_kv_row_size(kv->v_type, L->head_dim) < 0)
         return fail(err, err_len, "kv: missing buffer, bad type or size");
     int32_t m = n;
     if (keep) {

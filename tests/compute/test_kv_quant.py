@@ -41,3 +41,24 @@ def test_store_rows_scatter_and_errors():
         kq.row_bytes("q4_0", 48, "type_k")          # 48 is not a multiple of 32
     with pytest.raises(ValueError, match="q9_0"):
         kq.type_id("q9_0", "type_v")
+
+
+def test_iq4_nl_matches_ggml():
+    """iq4_nl rows against ggml's own quantiser (tests/data/kv_quant/iq4_nl_codec.npz, recorded from
+    llama-cpp-python 0.3.36's libggml-base by tests/compute/record_iq4_nl_codec.py): every block's bytes
+    equal, except the codes of a block below ggml's 1e-15 floor (d = 0 there; ggml leaves its codes as they
+    were in a scratch buffer), and the dequantised rows equal everywhere (and to the gguf package's)."""
+    import os
+    d = np.load(os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "kv_quant", "iq4_nl_codec.npz"))
+    x, ref = d["x"], d["q"]
+    ours = kq.quantize_rows("iq4_nl", x)
+    ob, rb = ours.reshape(-1, 18), ref.reshape(-1, 18)
+    live = np.abs(x.reshape(-1, 32)).max(axis=1) >= 1e-15
+    assert live.sum() >= 110 and (~live).sum() >= 3
+    assert np.array_equal(ob[live], rb[live])
+    assert np.array_equal(ob[:, :2], rb[:, :2]) and not ob[~live, :2].any()
+    deq = kq.dequantize_rows("iq4_nl", ours, 96)
+    assert np.array_equal(deq, kq.dequantize_rows("iq4_nl", ref, 96))
+    assert np.array_equal(deq, quants.dequantize(ref, Q.IQ4_NL))
+    err = np.abs(deq - x).max(axis=1) / np.maximum(np.abs(x).max(axis=1), 1e-30)
+    assert err[live.reshape(-1, 3).all(axis=1)].max() < 0.15    # the widest gap of the table (23 of 127), refitted

@@ -1,4 +1,4 @@
-"""Quantised / bf16 K/V caches (type_k / type_v = q8_0, q4_0, q4_1, q5_0, q5_1, bf16; f16 with a quantised
+"""Quantised / bf16 K/V caches (type_k / type_v = q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, bf16; f16 with a quantised
 K etc.): batch-invariant bitwise (batch composition, n_ubatch, kv_unified, thread count, chunked prompt),
 K-shift and rollback over quantised rows, llama.cpp's refusals (a quantised V without flash attention, a head
 dim its block does not divide), close to f32 on a tiny gemma2 with head_dim 32 (SWA + soft-cap)."""
@@ -27,7 +27,8 @@ def _run(m, tk, tv, **kw):
 
 
 @pytest.mark.parametrize("tk, tv", [("q8_0", "q8_0"), ("bf16", "bf16"), ("q4_0", "q4_1"), ("q5_0", "f16"),
-                                    ("f16", "q5_1"), ("q4_1", "q8_0")])
+                                    ("f16", "q5_1"), ("q4_1", "q8_0"), ("iq4_nl", "iq4_nl"), ("iq4_nl", "f16"),
+                                    ("q8_0", "iq4_nl")])
 def test_quantised_kv_bitwise_invariant(m32, tk, tv):
     ref = _run(m32, tk, tv)
     got = _run(m32, tk, tv, others=others_for(m32.n_vocab, [4, 9, 2]), n_ubatch=7, kv_unified=True, n_threads=1,
@@ -36,7 +37,8 @@ def test_quantised_kv_bitwise_invariant(m32, tk, tv):
         assert np.array_equal(a, b)
     f32 = _run(m32, "f32", "f32")[0]            # the prompt's last logits (greedy steps may part ways)
     err = float(np.abs(ref[0] - f32).max()) / float(f32.max() - f32.min())
-    assert 0 < err < (0.02 if tk in ("q8_0", "bf16") else 0.1), err
+    fine = tk in ("q8_0", "bf16", "f16") and tv in ("q8_0", "bf16", "f16")   # 4-bit K and V together: ~0.1
+    assert 0 < err < (0.02 if fine else 0.15), err
 
 
 def test_quantised_kv_shift_and_memory_ops(m32):
@@ -61,8 +63,8 @@ def test_refusals_name_the_parameter(m32):
         ubatch.Context(m32, n_ctx=64, type_k="f16", type_v="q8_0", flash_attn=0)
     with pytest.raises(ValueError, match="type_k"):
         ubatch.Context(m32, n_ctx=64, type_k="q7_0")
-    with pytest.raises(NotImplementedError, match="type_v"):
-        ubatch.Context(m32, n_ctx=64, type_v="iq4_nl")
+    with pytest.raises(ValueError, match="type_v"):
+        ubatch.Context(m32, n_ctx=64, type_k="f16", type_v="iq4_nl", flash_attn=0)
     with pytest.raises(ValueError, match="type_k"):
         ubatch.Context(ubatch.models.tiny_llama(), n_ctx=64, type_k="q8_0")   # head_dim 16
 

@@ -20,8 +20,8 @@ from ubatch._ffi import ffi, lib
 KV_TYPE_IDS: Dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
                                "iq4_nl": 20, "bf16": 30}
 KV_TYPE_NAMES: Dict[int, str] = {v: k for k, v in KV_TYPE_IDS.items()}
-# element types whose K/V rows this build can write (iq4_nl: not yet, refused naming the parameter)
-KV_WRITABLE = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+# element types whose K/V rows this build can write (all of KV_TYPE_IDS)
+KV_WRITABLE = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 QUANTISED = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl")
 
 

@@ -18,9 +18,6 @@ KV_TYPES = {"f32": np.float32, "f16": np.float16, **{t: np.uint8 for t in kv_qua
 
 def check_type(name: str, t: str, head_dim: int) -> None:
     """Refuses a K/V type this build cannot hold for rows of head_dim, naming the parameter."""
-    if t == "iq4_nl":
-        raise NotImplementedError(f"{name}='iq4_nl': the iq4_nl K/V cache is not implemented yet "
-                                  f"(one of {tuple(KV_TYPES)})")
     if t not in KV_TYPES:
         raise ValueError(f"{name}={t!r} is not supported (one of {tuple(KV_TYPES)})")
     if not kv_quant.is_plain(t) and int(lib.ub_kv_row_size(kv_quant.type_id(t), int(head_dim))) < 0:
