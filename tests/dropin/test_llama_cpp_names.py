@@ -16,7 +16,7 @@ NAMES = json.load(open(os.path.join(DATA, "names.json")))
 NOT_IN_LOW_LEVEL = {"ctypes_function", "ctypes_function_for_shared_library", "load_shared_library"}
 # families that raise NotImplementedError (docs/compat.md "What is not there")
 RAISING_PREFIXES = ("llama_adapter_", "llama_set_adapter", "llama_apply_adapter_cvec", "llama_chat_apply_template",
-                    "llama_chat_builtin_templates", "llama_model_quantize", "llama_model_save_to_file",
+                    "llama_chat_builtin_templates", "llama_model_save_to_file",
                     "llama_batch_ext_", "llama_process", "llama_opt_", "llama_model_load_from_file_ptr",
                     "llama_model_init_from_user", "llama_set_sampler", "llama_sampler_copy",
                     "llama_vocab_get_suppress_tokens")

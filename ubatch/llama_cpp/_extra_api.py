@@ -218,4 +218,40 @@ def llama_model_quantize_default_params():
     return p
 
 
+def _quantize_params(params):
+    """The llama_model_quantize_params a POINTER(...) argument names, as ctypes accepts it (the struct, a pointer,
+    byref); TypeError otherwise."""
+    from ubatch.llama_cpp._structs import llama_model_quantize_params
+    if isinstance(params, llama_model_quantize_params):
+        return params
+    if isinstance(params, ctypes.POINTER(llama_model_quantize_params)):
+        if not params:
+            raise TypeError("params is NULL")
+        return params.contents
+    if type(params).__name__ == "CArgObject" and isinstance(getattr(params, "_obj", None), llama_model_quantize_params):
+        return params._obj
+    raise TypeError(f"expected LP_llama_model_quantize_params instance instead of {type(params).__name__}")
+
+
+@cfunc([_cp, _cp, ctypes.POINTER(ctypes.c_void_p)], _u32)
+def llama_model_quantize(fname_inp, fname_out, params):
+    """0 when fname_out was written (ubatch/llama_cpp/_quantize.py: the file types it writes, llama.cpp's rules
+    and layout); 1 with the reason logged otherwise (nothing written). params: a llama_model_quantize_params
+    (the struct, a pointer to it or byref)."""
+    from ubatch.llama_cpp import _llama_log
+    from ubatch.llama_cpp._quantize import QuantizeError, quantize
+    try:
+        p = _quantize_params(params)
+    except TypeError as e:
+        raise ctypes.ArgumentError(f"argument 3: TypeError: {e}") from None
+    try:
+        if not fname_inp or not fname_out:
+            raise QuantizeError("fname_inp and fname_out are required")
+        quantize(fname_inp.decode("utf-8"), fname_out.decode("utf-8"), p)
+        return 0
+    except (QuantizeError, OSError, ValueError) as e:
+        _llama_log.error(f"llama_model_quantize: failed to quantize: {e}")
+        return 1
+
+
 __all__ = [n for n in list(globals()) if n.startswith(("llama_", "gguf_"))]

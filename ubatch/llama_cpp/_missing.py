@@ -17,7 +17,7 @@ _FEATURES = {
         "llama_adapter_get_alora_n_invocation_tokens", "llama_set_adapter_lora", "llama_set_adapters_lora",
         "llama_set_adapter_cvec", "llama_apply_adapter_cvec"),
     "llama.cpp's built-in (non-Jinja) chat templates": ("llama_chat_apply_template", "llama_chat_builtin_templates"),
-    "quantisation / saving models": ("llama_model_quantize", "llama_model_save_to_file"),
+    "saving a loaded model": ("llama_model_save_to_file",),
     "the llama_batch_ext API (use llama_batch or ubatch.Batch)": (
         "llama_batch_ext_init", "llama_batch_ext_free", "llama_batch_ext_clear", "llama_batch_ext_add",
         "llama_batch_ext_add_token", "llama_batch_ext_add_embd", "llama_batch_ext_add_seq", "llama_batch_ext_set_pos",

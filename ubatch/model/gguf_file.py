@@ -140,8 +140,8 @@ class _Cursor:
 
 
 class GGUFFile:
-    """A parsed GGUF file: `metadata` (key -> value; arrays as numpy arrays or lists), `tensors`
-    (name -> TensorInfo in file order), `path`, `size`. The file stays memory-mapped read-only while this
+    """A parsed GGUF file: `metadata` (key -> value; arrays as numpy arrays or lists), `kv_spans` (key -> the
+    byte range of its encoded pair), `tensors` (name -> TensorInfo in file order), `path`, `size`. The file stays memory-mapped read-only while this
     object (or any tensor view) lives."""
 
     def __init__(self, path: "str | os.PathLike") -> None:
@@ -165,10 +165,13 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: corrupt header (tensor_count {n_tensors}, kv_count {n_kv} do not fit in "
                             f"a file of {self.size} bytes)")
         self.metadata: Dict[str, Any] = {}
+        self.kv_spans: Dict[str, Tuple[int, int]] = {}   # key -> (start, end) of its encoded pair in the file
         for i in range(n_kv):
+            start = cur.off
             key = cur.string(f"metadata key #{i}")
             vtype = cur.unpack("<I", key)
             self.metadata[key] = cur.value(vtype, key)
+            self.kv_spans[key] = (start, cur.off)
         raw = []
         for i in range(n_tensors):
             name = cur.string(f"tensor record #{i}")
