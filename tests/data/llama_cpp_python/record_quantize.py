@@ -18,8 +18,10 @@ CASES = {
     "tiny-q4_0-pure": ("tiny", {"ftype": 2, "pure": True}),
     "tiny-q5_1-embd-f16-out-q8_0": ("tiny", {"ftype": 9, "token_embedding_type": 1, "output_tensor_type": 8}),
     "tiny-q4_0-keep-output": ("tiny", {"ftype": 2, "quantize_output_tensor": False}),
+    "tiny-only-copy": ("tiny", {"ftype": 2, "only_copy": True}),
     "gemma3-270m-q4_0": ("gemma3-270m", {"ftype": 2, "allow_requantize": True}),
     "gemma3-270m-q8_0": ("gemma3-270m", {"ftype": 7, "allow_requantize": True}),
+    "gemma3-270m-only-copy": ("gemma3-270m", {"ftype": 2, "only_copy": True}),
     "qwen2.5-0.5b-q5_0": ("qwen2.5-0.5b", {"ftype": 8, "allow_requantize": True}),
 }
 
