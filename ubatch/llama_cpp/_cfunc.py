@@ -18,7 +18,13 @@ _INTS = (ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16, ctypes.c_uint16, ctypes.
 
 def _converter(t: Any) -> Callable[[Any], Any]:
     if t in _INTS:
-        def conv(a, t=t):
+        bits = ctypes.sizeof(t) * 8
+        signed = t(-1).value < 0
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+
+        def conv(a, t=t, lo=lo, hi=hi):
+            if type(a) is int and lo <= a <= hi:        # the common case: a Python int that fits, unchanged
+                return a
             if isinstance(a, ctypes._SimpleCData):      # ctypes passes an instance of the argtype itself
                 if isinstance(a, t):
                     return a.value
@@ -48,7 +54,7 @@ def _converter(t: Any) -> Callable[[Any], Any]:
             raise TypeError(f"bytes or None expected instead of {type(a).__name__} instance")
         return conv_s
     if t is ctypes.c_void_p:
-        return lambda a: address(a)
+        return lambda a: a if type(a) is int and 0 <= a < 2**64 else address(a)
     return lambda a: a          # pointers and structs: the function reads them itself
 
 
@@ -62,12 +68,15 @@ def cfunc(argtypes: list, restype: Any = None) -> Callable:
             if len(args) < n:
                 raise TypeError(f"this function takes at least {n} argument{'s' if n != 1 else ''} "
                                 f"({len(args)} given)")
-            out = []
-            for i in range(n):
-                try:
-                    out.append(convs[i](args[i]))
-                except (TypeError, HandleError, OverflowError) as e:
-                    raise ctypes.ArgumentError(f"argument {i + 1}: {type(e).__name__}: {e}") from None
+            try:
+                out = [c(a) for c, a in zip(convs, args)]
+            except (TypeError, HandleError, OverflowError):
+                for i in range(n):                      # again, one by one, to name the argument
+                    try:
+                        convs[i](args[i])
+                    except (TypeError, HandleError, OverflowError) as e:
+                        raise ctypes.ArgumentError(f"argument {i + 1}: {type(e).__name__}: {e}") from None
+                raise
             return fn(*out)
         wrapper.argtypes = list(argtypes)
         wrapper.restype = restype

@@ -31,6 +31,9 @@ class Registry:
         return addr
 
     def get(self, h: Any, kind: str) -> Any:
+        ent = self._live.get(h) if type(h) is int else None
+        if ent is not None and ent[0] == kind:      # the common case: a live handle of that kind, as an int
+            return ent[1]
         addr = address(h)
         if addr == 0:
             raise HandleError(f"{kind} handle is NULL")
@@ -46,6 +49,10 @@ class Registry:
 
     def find(self, h: Any, kind: str) -> Any:
         """Like get but None instead of raising."""
+        if type(h) is int:
+            ent = self._live.get(h)
+            if ent is not None:
+                return ent[1] if ent[0] == kind else None
         try:
             return self.get(h, kind)
         except HandleError:
