@@ -12,6 +12,7 @@
 #include "ub_kv_state.h"
 #include "ub_compute.h"
 #include "ub_matmul.h"
+#include "ub_repack.h"
 #include "ub_kv_quant.h"
 #include "ub_layer.h"
 #include "ub_moe.h"

@@ -22,6 +22,7 @@
 #include "ub_common.h"
 #include "ub_matmul.h"
 #include "mm_internal.h"
+#include "rp_internal.h"
 #include "ub_pool.h"
 
 static int g_backend = -1;
@@ -118,6 +119,8 @@ typedef struct {
     int32_t slot;                                          /* index of its activation kind in the job */
     ub_mm_dot_fn dot;
     ub_mm_gemm gemm; /* the back-end's GEMM tile for the type, or fn NULL */
+    const struct ub_rp *rp; /* a repacked weight (then w is its GGUF-layout tail), or NULL */
+    ub_rp_panel_fn panel;   /* its panel kernel */
 } mm_part;
 
 typedef struct {
@@ -131,6 +134,24 @@ typedef struct {
     int avx2;
     atomic_llong q_next, q_done, c_next;
 } mm_job;
+
+/* Columns [j0, j1) of a repacked weight P->rp for all of J's activation rows: the panel kernel for the
+ * columns held in panels (j0 is a panel boundary: the chunk is a whole number of panels), the dot kernel on
+ * the GGUF tail for the rest; row tiles of UB_MM_RT rows sweep the chunk's panels. */
+static void run_repacked(const mm_job *J, const mm_part *P, int64_t j0, int64_t j1) {
+    const struct ub_rp *rp = P->rp;
+    const int64_t arb = J->arb[P->slot], pr = rp->L->rows, pb = rp->nb * rp->L->block_bytes;
+    const int64_t jp = j1 < rp->n_prow ? j1 : rp->n_prow;
+    for (int64_t i0 = 0; i0 < J->n;) {
+        const int nr = (int)(J->n - i0 < UB_MM_RT ? J->n - i0 : UB_MM_RT);
+        const uint8_t *a = J->xq[P->slot] + i0 * arb;
+        float *yy = P->y + i0 * P->n_rows;
+        for (int64_t j = j0; j < jp; j += pr) P->panel(rp->nb, rp->panels + (j / pr) * pb, a, arb, nr, yy + j, P->n_rows);
+        for (int64_t j = j0 > rp->n_prow ? j0 : rp->n_prow; j < j1; j++)
+            P->dot(P->nb, rp->tail + (j - rp->n_prow) * P->row_bytes, a, arb, nr, yy + j, P->n_rows);
+        i0 += nr;
+    }
+}
 
 /* ctx: an mm_job (its buffers owned by ub_matmul_multi's caller, xq by ub_matmul_multi); w: the participant
  * (unused: rows and chunks come from the job's counters). */
@@ -160,6 +181,10 @@ static void mm_work(void *ctx, int w) {
         const mm_part *P = &J->part[p];
         const int64_t arb = J->arb[P->slot];
         const int64_t j0 = (c - P->c_first) * P->ch, j1 = j0 + P->ch < P->n_rows ? j0 + P->ch : P->n_rows;
+        if (P->rp) {
+            run_repacked(J, P, j0, j1);
+            continue;
+        }
         for (int64_t i0 = 0; i0 < J->n;) {
             const uint8_t *a = J->xq[P->slot] + i0 * arb;
             float *yy = P->y + i0 * P->n_rows;
@@ -190,11 +215,16 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     memset(&J, 0, sizeof J);
     int64_t work = 0, total_rows = 0;
     for (int32_t p = 0; p < n_w; p++) {
-        const ub_mm_type *t = ub_mm_find(types[p]);
+        const ub_mm_type *t = ub_mm_find(types[p] & ~(int32_t)UB_MM_REPACKED);
         if (!t || !ub_mm_type_ready(t) || n_rows[p] < 0 || n_rows[p] > ((int64_t)1 << 40) || k % t->blck) return UB_E_ARG;
         const int64_t nb = k / t->blck, row_bytes = nb * t->bytes;
         if (w_bytes[p] != row_bytes * n_rows[p]) return UB_E_ARG;
         if (n_rows[p] && n && (!w[p] || !y[p])) return UB_E_ARG;
+        const struct ub_rp *rp = 0;
+        if (types[p] & UB_MM_REPACKED) { /* w[p] is a ub_rp: its fields must agree with the arguments */
+            rp = ub_rp_check(w[p], types[p], n_rows[p], k, w_bytes[p]);
+            if (!rp) return UB_E_ARG;
+        }
         int32_t slot = 0;
         while (slot < J.n_acts && J.act[slot] != t->act) slot++;
         if (slot == J.n_acts) J.act[J.n_acts++] = t->act;
@@ -205,6 +235,7 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
         P->nb = t->blck == 1 ? k : nb;
         P->row_bytes = row_bytes;
         P->slot = slot;
+        P->rp = rp;
         work += w_bytes[p];
         total_rows += n_rows[p];
     }
@@ -214,14 +245,15 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     J.avx2 = be != UB_MM_GENERIC; /* every SIMD back-end quantises with the AVX2 code (the generic bytes) */
     for (int32_t p = 0; p < n_w; p++) { /* chunk of weight rows: ~16 KB for decode-sized calls, ~128 KB when many rows reuse it */
         mm_part *P = &J.part[p];
-        const ub_mm_type *t = ub_mm_find(types[p]);
+        const ub_mm_type *t = ub_mm_find(types[p] & ~(int32_t)UB_MM_REPACKED);
         P->dot = dot_for(be, t);
         P->gemm = gemm_for(be, t);
+        if (P->rp) P->panel = ub_rp_panel_for(be, P->rp), P->gemm.fn = 0, P->gemm.gc = P->rp->L->rows;
         if (P->gemm.fn && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fn = 0; /* edges by dots of <= RT rows */
         int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
-        if (P->gemm.fn) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles of columns */
+        if (P->gemm.fn || P->rp) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles / panels */
         if (ch < 1) ch = 1;
         P->ch = ch;
         P->n_chunks = (P->n_rows + ch - 1) / ch;
@@ -264,7 +296,7 @@ int ub_matmul(const float *x, int64_t n, int64_t k, const uint8_t *w, int64_t w_
 
 int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows, int64_t n_cols,
                 const int32_t *ids, int64_t m, float *out) {
-    const ub_mm_type *t = ub_mm_find(type);
+    const ub_mm_type *t = ub_mm_find(type & ~(int32_t)UB_MM_REPACKED);
     if (!t || !ub_mm_type_ready(t) || n_rows < 0 || n_cols <= 0 || m < 0 || n_cols % t->blck) return UB_E_ARG;
     const int64_t nb = n_cols / t->blck, row_bytes = nb * t->bytes;
     if (w_bytes != row_bytes * n_rows) return UB_E_ARG;
@@ -272,6 +304,10 @@ int ub_get_rows(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows,
     if (!w || !ids || !out) return UB_E_ARG;
     for (int64_t r = 0; r < m; r++)
         if (ids[r] < 0 || ids[r] >= n_rows) return UB_E_ARG;
+    if (type & UB_MM_REPACKED) {
+        const struct ub_rp *rp = ub_rp_check(w, type, n_rows, n_cols, w_bytes);
+        return rp ? ub_rp_get_rows(rp, t, ids, m, out) : UB_E_ARG;
+    }
     for (int64_t r = 0; r < m; r++) {
         const uint8_t *row = w + (int64_t)ids[r] * row_bytes;
         float *o = out + r * n_cols;

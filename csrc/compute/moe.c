@@ -18,6 +18,7 @@
 
 #include "ub_common.h"
 #include "ub_matmul.h"
+#include "ub_repack.h"
 #include "ub_moe.h"
 
 #define MOE_MAX_EXPERTS 1024
@@ -62,6 +63,8 @@ static int moe_check(const ub_moe *M, char *err, int32_t err_len) {
         return moe_fail(err, err_len, "moe: gate_exps / up_exps must map n_embd -> n_expert * n_ff_exp");
     if (!lw_ok(&M->down_exps, F, X * E))
         return moe_fail(err, err_len, "moe: down_exps must map n_ff_exp -> n_expert * n_embd");
+    if ((M->gate_exps.type | M->up_exps.type | M->down_exps.type) & UB_MM_REPACKED) /* sliced per expert */
+        return moe_fail(err, err_len, "moe: the expert stacks must be in GGUF layout (not repacked)");
     if (S > 0) {
         if (!lw_ok(&M->gate_shexp, E, S) || !lw_ok(&M->up_shexp, E, S) || !lw_ok(&M->down_shexp, S, E))
             return moe_fail(err, err_len, "moe: the shared expert's gate / up / down must map n_embd -> "

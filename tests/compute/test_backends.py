@@ -71,18 +71,20 @@ def test_simd_backends_agree_bitwise(t):
     blck = BLOCK[t][0]
     k = 77 if blck == 1 else (7 * 32 if blck == 32 else 768)
     n_rows = 45
-    w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
+    data = random_weight(t, n_rows, k, rng)
     x = rng.standard_normal((40, k)).astype(np.float32)
     x[3] *= 1e-3
     x[5, :7] = 30.0
     try:
-        outs = {}
-        for b in SIMD:
-            mm.set_backend(b)
-            outs[b] = [mm.matmul(x[:1], w, n_threads=1), mm.matmul(x[:6], w, n_threads=2), mm.matmul(x, w, n_threads=2)]
-        ref = outs[SIMD[0]]
-        for b in SIMD[1:]:
-            for got, want in zip(outs[b], ref):
-                assert np.array_equal(got, want), f"{t.name}: {b} differs from {SIMD[0]}"
+        for repack in (False, True) if mm.repack_rows(int(t)) else (False,):  # GGUF layout, then panels + tail
+            w = mm.QWeight(int(t), n_rows, k, data, repack=repack)
+            outs = {}
+            for b in SIMD:
+                mm.set_backend(b)
+                outs[b] = [mm.matmul(x[:1], w, n_threads=1), mm.matmul(x[:6], w, n_threads=2), mm.matmul(x, w, n_threads=2)]
+            ref = outs[SIMD[0]]
+            for b in SIMD[1:]:
+                for got, want in zip(outs[b], ref):
+                    assert np.array_equal(got, want), f"{t.name} (repack={repack}): {b} differs from {SIMD[0]}"
     finally:
         mm.set_backend("auto")

@@ -61,16 +61,20 @@ def test_activation_quantisation_bytes(t, backend):
 def test_matmul_batch_invariant_bitwise(t, backend):
     rng = np.random.default_rng(int(t) + 3)
     n_rows, k = 301, _cols(t)  # enough work for the call of 33 rows to run on 2 threads (matmul.c)
-    w = mm.QWeight(int(t), n_rows, k, random_weight(t, n_rows, k, rng))
+    data = random_weight(t, n_rows, k, rng)
     x = _act_rows(33, k, rng)
-    full = mm.matmul(x, w, n_threads=2)
-    assert np.array_equal(full, mm.matmul(x, w, n_threads=1))
-    for i in (0, 2, 5, 32):
-        assert np.array_equal(mm.matmul(x[i:i + 1], w, n_threads=1)[0], full[i])
-        assert np.array_equal(mm.matmul(np.ascontiguousarray(x[i]), w), full[i])
-    assert np.array_equal(mm.matmul(x[3:10], w, n_threads=2), full[3:10])
     perm = rng.permutation(33)
-    assert np.array_equal(mm.matmul(np.ascontiguousarray(x[perm]), w, n_threads=2), full[perm])
+    # the GGUF layout, and the repacked panels (+ a GGUF tail: 301 is no multiple of a panel) where t has them
+    for repack in (False, True) if mm.repack_rows(int(t)) else (False,):
+        w = mm.QWeight(int(t), n_rows, k, data, repack=repack)
+        assert w.repacked == repack
+        full = mm.matmul(x, w, n_threads=2)
+        assert np.array_equal(full, mm.matmul(x, w, n_threads=1))
+        for i in (0, 2, 5, 32):
+            assert np.array_equal(mm.matmul(x[i:i + 1], w, n_threads=1)[0], full[i])
+            assert np.array_equal(mm.matmul(np.ascontiguousarray(x[i]), w), full[i])
+        assert np.array_equal(mm.matmul(x[3:10], w, n_threads=2), full[3:10])
+        assert np.array_equal(mm.matmul(np.ascontiguousarray(x[perm]), w, n_threads=2), full[perm])
 
 
 @pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)

@@ -10,10 +10,18 @@ the float types), then integer dot products per block. y[i] depends only on x[i]
 (csrc/compute/matmul.c says how). The back-end (avx512, avxvnni, avx2 or plain C) is chosen at run time
 from the CPU; UBATCH_KERNELS=<name> forces one, ``set_backend`` switches it (tests, benchmarks),
 ``backends()`` lists what this CPU has (ubatch.compute.backends).
+
+Repacking: a QWeight of a type with a panel layout (IQ4_NL: ``repack_rows(t)`` > 0) is converted once, at
+construction, into C-owned interleaved panels (csrc/compute/repack.c; docs/kernels.md "Repacked panels"),
+which the kernels then read instead of the GGUF bytes; when ``data`` is a read-only file map its pages are
+released after the conversion (the resident memory stays about the file's). ``UBATCH_REPACK=0``,
+``set_repack(False)`` or ``QWeight(..., repack=False)`` keep the GGUF layout.
 """
 from __future__ import annotations
 
 from typing import Optional
+
+import os
 
 import numpy as np
 
@@ -63,6 +71,36 @@ def backend() -> str:
     return active_backend()
 
 
+_repack: Optional[bool] = None
+
+
+def set_repack(on: Optional[bool]) -> None:
+    """Repack the QWeights made from now on (True), keep their GGUF layout (False), or follow UBATCH_REPACK
+    again (None; default on). Weights already made keep their form."""
+    global _repack
+    _repack = None if on is None else bool(on)
+
+
+def repack_enabled() -> bool:
+    """Whether a new QWeight of an eligible type is repacked (set_repack, else UBATCH_REPACK != "0")."""
+    return _repack if _repack is not None else os.environ.get("UBATCH_REPACK", "1") != "0"
+
+
+def repack_rows(ggml_type: int) -> int:
+    """Rows per panel of ggml_type's repacked layout, 0 when it has none (then it is never repacked)."""
+    return int(lib.ub_rp_panel_rows(int(ggml_type)))
+
+
+def _read_only_file_map(a: np.ndarray) -> bool:
+    """True when a's memory is a read-only file mapping (np.memmap mode "r"): its pages may be dropped and
+    are read back from the file when touched again. Anonymous memory never (dropping would zero it)."""
+    while isinstance(a, np.ndarray):
+        if isinstance(a, np.memmap) and getattr(a, "_mmap", None) is not None:
+            return getattr(a, "mode", None) == "r"
+        a = a.base
+    return False
+
+
 def _threads(n_threads: Optional[int]) -> int:
     nt = default_threads() if n_threads is None else n_threads
     if isinstance(nt, bool) or not isinstance(nt, (int, np.integer)) or nt < 1:
@@ -75,9 +113,11 @@ class QWeight:
     (n_cols, n_rows)). ``data`` is kept as given (a memmap slice stays a memmap): uint8 bytes, or for
     F32 / F16 / BF16 also a float32 / float16 / uint16 array of the same bytes."""
 
-    __slots__ = ("ggml_type", "n_rows", "n_cols", "data", "block_size", "block_bytes", "nbytes", "_buf")
+    __slots__ = ("ggml_type", "n_rows", "n_cols", "data", "block_size", "block_bytes", "nbytes", "_buf", "_rp",
+                 "c_buf", "c_type", "dropped_bytes")
 
-    def __init__(self, ggml_type: int, n_rows: int, n_cols: int, data: np.ndarray) -> None:
+    def __init__(self, ggml_type: int, n_rows: int, n_cols: int, data: np.ndarray, *,
+                 repack: Optional[bool] = None) -> None:
         blck, bb = type_info(ggml_type)
         for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "n_rows" else 1):
@@ -100,10 +140,34 @@ class QWeight:
         self.ggml_type, self.n_rows, self.n_cols, self.data = int(ggml_type), n_rows, n_cols, data
         self.block_size, self.block_bytes, self.nbytes = blck, bb, need
         self._buf = ffi.from_buffer("uint8_t[]", data) if need else ffi.NULL
+        # what the C calls take: the GGUF bytes, or the repacked panels (type | UB_MM_REPACKED)
+        self._rp, self.c_buf, self.c_type, self.dropped_bytes = None, self._buf, self.ggml_type, 0
+        if (repack_enabled() if repack is None else repack) and 0 < repack_rows(ggml_type) <= n_rows:
+            rp = lib.ub_rp_new(self._buf, need, self.ggml_type, n_rows, n_cols, int(_read_only_file_map(data)))
+            if rp == ffi.NULL:
+                raise MemoryError(f"QWeight: out of memory repacking {tname} [{n_rows}, {n_cols}]")
+            self._rp = ffi.gc(rp, lib.ub_rp_free, size=int(lib.ub_rp_bytes(rp)))
+            self.c_buf = ffi.cast("uint8_t *", self._rp)
+            self.c_type = self.ggml_type | lib.UB_MM_REPACKED
+            self.dropped_bytes = int(lib.ub_rp_dropped(rp))
 
     @property
     def type_name(self) -> str:
         return TYPE_NAMES[self.ggml_type]
+
+    @property
+    def repacked(self) -> bool:
+        """True when the kernels read this weight's C-owned panels (repack.c) instead of its GGUF bytes."""
+        return self._rp is not None
+
+    def unpacked_bytes(self) -> np.ndarray:
+        """The GGUF bytes rebuilt from the panels (uint8[nbytes]; the round trip the tests check)."""
+        if self._rp is None:
+            return np.frombuffer(self.data.tobytes(), np.uint8)
+        out = np.empty(self.nbytes, np.uint8)
+        if lib.ub_rp_unpack(self._rp, ffi.from_buffer("uint8_t[]", out), self.nbytes) != lib.UB_OK:
+            raise ValueError(f"unpacked_bytes: invalid repacked weight {self!r}")
+        return out
 
     @property
     def shape(self) -> tuple:
@@ -140,7 +204,7 @@ def matmul(x: np.ndarray, w: QWeight, *, out: Optional[np.ndarray] = None,
     nt = _threads(n_threads)
     if n == 0 or w.n_rows == 0:
         return out
-    rc = lib.ub_matmul(ffi.from_buffer("float[]", x), n, w.n_cols, w._buf, w.nbytes, w.ggml_type, w.n_rows,
+    rc = lib.ub_matmul(ffi.from_buffer("float[]", x), n, w.n_cols, w.c_buf, w.nbytes, w.c_type, w.n_rows,
                        ffi.from_buffer("float[]", out), nt)
     if rc == lib.UB_E_NOMEM:
         raise MemoryError("matmul: out of memory for the quantised activations")
@@ -171,8 +235,8 @@ def matmul_multi(x: np.ndarray, ws, *, n_threads: Optional[int] = None) -> list:
         return outs
     nw = len(ws)
     rc = lib.ub_matmul_multi(ffi.from_buffer("float[]", x), x.shape[0], ws[0].n_cols, nw,
-                             ffi.new("uint8_t *[]", [w._buf for w in ws]), ffi.new("int64_t[]", [w.nbytes for w in ws]),
-                             ffi.new("int32_t[]", [w.ggml_type for w in ws]), ffi.new("int64_t[]", [w.n_rows for w in ws]),
+                             ffi.new("uint8_t *[]", [w.c_buf for w in ws]), ffi.new("int64_t[]", [w.nbytes for w in ws]),
+                             ffi.new("int32_t[]", [w.c_type for w in ws]), ffi.new("int64_t[]", [w.n_rows for w in ws]),
                              ffi.new("float *[]", [ffi.from_buffer("float[]", o) if o.size else ffi.NULL for o in outs]),
                              nt)
     if rc == lib.UB_E_NOMEM:
@@ -195,7 +259,7 @@ def get_rows(w: QWeight, ids: np.ndarray) -> np.ndarray:
     out = np.empty((ids.size, w.n_cols), np.float32)
     if ids.size == 0:
         return out
-    rc = lib.ub_get_rows(w._buf, w.nbytes, w.ggml_type, w.n_rows, w.n_cols, ffi.from_buffer("int32_t[]", ids),
+    rc = lib.ub_get_rows(w.c_buf, w.nbytes, w.c_type, w.n_rows, w.n_cols, ffi.from_buffer("int32_t[]", ids),
                          ids.size, ffi.from_buffer("float[]", out))
     if rc != lib.UB_OK:
         raise ValueError(f"get_rows: invalid arguments for {w!r} (status {rc})")
@@ -221,4 +285,5 @@ def quantize_activations(x: np.ndarray, ggml_type: int) -> np.ndarray:
 
 
 __all__ = ["QWeight", "matmul", "matmul_multi", "get_rows", "type_info", "backend", "backends", "set_backend", "quantize_activations",
+           "set_repack", "repack_enabled", "repack_rows",
            "TYPE_NAMES"] + list(TYPE_NAMES.values())

@@ -54,8 +54,8 @@ def _vec(keep: list, a: Optional[np.ndarray], n: int, name: str):
 def _weight(dst, keep: list, w) -> None:
     qw = w.qweight()
     keep.append(qw)
-    dst.data = qw._buf
-    dst.nbytes, dst.n_rows, dst.n_cols, dst.type = qw.nbytes, qw.n_rows, qw.n_cols, qw.ggml_type
+    dst.data = qw.c_buf
+    dst.nbytes, dst.n_rows, dst.n_cols, dst.type = qw.nbytes, qw.n_rows, qw.n_cols, qw.c_type
 
 
 def _hp_key(model) -> tuple:

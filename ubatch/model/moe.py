@@ -143,14 +143,14 @@ def load_moe(src: TensorSource, hp, il: int) -> MoEWeights:
     return w
 
 
-def _lw(dst, keep: list, w: Optional[Weight]) -> None:
+def _lw(dst, keep: list, w: Optional[Weight], repack: bool = True) -> None:
     if w is None:
         dst.data = ffi.NULL
         return
-    qw = w.qweight()
+    qw = w.qweight(repack=repack)
     keep.append(qw)
-    dst.data = qw._buf
-    dst.nbytes, dst.n_rows, dst.n_cols, dst.type = qw.nbytes, qw.n_rows, qw.n_cols, qw.ggml_type
+    dst.data = qw.c_buf
+    dst.nbytes, dst.n_rows, dst.n_cols, dst.type = qw.nbytes, qw.n_rows, qw.n_cols, qw.c_type
 
 
 def struct(mw: MoEWeights, hp, keep: list):
@@ -163,7 +163,7 @@ def struct(mw: MoEWeights, hp, keep: list):
     c.n_ff_shexp = mp.n_ff_shexp
     for name in ("gate_inp", "gate_exps", "up_exps", "down_exps", "gate_inp_shexp", "gate_shexp", "up_shexp",
                  "down_shexp"):
-        _lw(getattr(c, name), keep, getattr(mw, name))
+        _lw(getattr(c, name), keep, getattr(mw, name), repack=not name.endswith("_exps"))  # experts: sliced in C
     return c
 
 

@@ -44,11 +44,13 @@ class Weight:
     def nbytes(self) -> int:
         return int(self.data.size)
 
-    def qweight(self):
-        """The kernels' QWeight over the same bytes (created once; no copy)."""
+    def qweight(self, repack: Optional[bool] = None):
+        """The kernels' QWeight over the same bytes (created once; no copy of the GGUF bytes, or their repacked
+        panels when the type has a layout: ubatch.compute.matmul; repack=False keeps the GGUF layout, as the
+        MoE expert stacks need; None follows UBATCH_REPACK). The first call decides."""
         if self._qw is None:
             from ubatch.compute.matmul import QWeight
-            self._qw = QWeight(self.ggml_type, self.n_rows, self.n_cols, self.data)
+            self._qw = QWeight(self.ggml_type, self.n_rows, self.n_cols, self.data, repack=repack)
         return self._qw
 
     def __repr__(self) -> str:

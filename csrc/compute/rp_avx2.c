@@ -1,0 +1,16 @@
+/* The AVX2 panel kernels (AVX2 + FMA + F16C): rp_ymm.h compiled with maddubs + madd for the integer sums.
+ * Chosen at run time (matmul.c via ub_rp_panel_for; also the avxvnni / avx512 fallback). */
+#include "rp_internal.h"
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
+#define RP_TGT "avx2,fma,f16c"
+#define RP_VNNI 0
+#define RP_NAME rp_panel_iq4nl_avx2
+#include "rp_ymm.h"
+ub_rp_panel_fn ub_rp_panel_avx2(int32_t type) { return type == UB_T_IQ4_NL ? rp_panel_iq4nl_avx2 : 0; }
+#else
+ub_rp_panel_fn ub_rp_panel_avx2(int32_t type) {
+    (void)type;
+    return 0;
+}
+#endif
