@@ -296,11 +296,17 @@ def _ratios(rows: List[dict], models: List[str], modes: List[str], levels: List[
                 if u and l:
                     parts.append(f"ubatch / llama-cpp-python tokens/s x{u['tok_s'] / l['tok_s']:.2f}, p95 TTFT "
                                  f"{u['ttft_p95']:.3f} s vs {l['ttft_p95']:.3f} s")
+                    if u.get("server_cpu_s") and l.get("server_cpu_s"):   # load-robust with --threads 1
+                        parts.append(f"tokens per server CPU second x{_per_cpu(u) / _per_cpu(l):.2f}")
                 if u and e:
                     parts.append(f"server / engine alone tokens/s {u['tok_s'] / e['tok_s']:.2f}")
                 if parts:
                     lines.append(f"{m} {mode} C={c}: " + "; ".join(parts) + f" (load {u['load']:.1f})")
     return lines
+
+
+def _per_cpu(r: dict) -> float:
+    return r["tokens"] / r["server_cpu_s"]
 
 
 def _best(old: Optional[dict], new: dict) -> dict:
