@@ -12,7 +12,7 @@ import pytest
 import ubatch
 import ubatch.llama_cpp as L
 from ubatch.engine.llm_engine import LLMEngine, SamplingParams
-from ubatch.engine.speculative import CostModel, plan_depths, sliding_room
+from ubatch.engine.speculative import CostModel, DraftGate, plan_depths, sliding_room
 from ubatch.llama_cpp import _model
 from ubatch.llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 from ubatch.models import TINY_LLAMA_PATH, tiny_llama
@@ -27,7 +27,17 @@ class _PriorCost(CostModel):
     """The step-cost model at its prior (b = R0 * a), not fitted to this machine's wall clock: whether the engine
     drafts must not depend on how fast the machine runs the tests (the ASan build, a loaded machine)."""
 
-    def observe(self, ubatches: int, rows: int, seconds: float) -> None:
+    def observe(self, ubatches: int, rows: int, seconds: float, prompt_rows: int = 0) -> None:
+        pass
+
+
+class _OpenGate(DraftGate):
+    """The gate always open, measuring nothing: for the same reason."""
+
+    def tick(self, B: int) -> bool:
+        return True
+
+    def observe(self, B: int, drafted: bool, emitted: int, seconds: float) -> None:
         pass
 
 
@@ -35,6 +45,9 @@ class _PriorCost(CostModel):
 def _cost_at_prior(monkeypatch):
     import ubatch.engine.spec_engine as se
     monkeypatch.setattr(se, "CostModel", _PriorCost)
+    monkeypatch.setattr(se, "DraftGate", _OpenGate)
+
+
 SAMPLING = [dict(temperature=0.0),
             dict(temperature=0.9, top_k=0, top_p=0.9, min_p=0.0, seed=11, repeat_penalty=1.1),
             dict(temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.2, repeat_last_n=8)]

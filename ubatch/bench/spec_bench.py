@@ -12,7 +12,9 @@ every prompt (paired: the four runs of a prompt follow each other, so machine lo
 Reported: generated tokens/s of each (total tokens / total time over the set), the ratios, whether ubatch's
 drafted output equals its plain output (it must) and whether llama-cpp-python's drafted output equals its plain
 output (it need not: its verified logits come from a batch of several rows). Then `--batched` sequences of the
-code set together through one engine, with and without the draft.
+code set together through one engine, with and without the draft, per-sequence and unified KV: plain and drafted
+runs alternate `--batched-repeat` times (fresh engines each time, so no prefix cache carries over) and the best
+of each is reported. `--only batched` runs just that part (`--only single` just the single-stream sets).
 """
 from __future__ import annotations
 
@@ -104,12 +106,62 @@ def _path_of(name: str) -> str:
     return str(fetch.path(name))
 
 
+DRAFT_STATS = ("draft_rows", "draft_tokens", "draft_accepted", "acceptance", "cost_a_s", "cost_b_s", "gate_closures",
+               "gated_steps", "draft_speedup")
+
+
+def run_batched(model, tok, batched: int, max_tokens: int, threads: int, repeat: int = 1, progress=None) -> dict:
+    """`batched` code prompts through one engine, plain and with prompt lookup, per-sequence then unified KV;
+    the two alternate `repeat` times on fresh engines, the best tokens/s of each is kept."""
+    items = load_set("code")
+    ids = [chat_tokens(tok, items[i % len(items)]["content"]) for i in range(batched)]
+    warm = chat_tokens(tok, "Say hi.")
+    br = {}
+    for kvu in (False, True):
+        name = "unified" if kvu else "per-seq"
+        best = {"plain": 0.0, "draft": 0.0}
+        equal, stats = True, {}
+        for _ in range(max(int(repeat), 1)):
+            outs = {}
+            for kind, draft in (("plain", None), ("draft", "prompt-lookup")):
+                r = UbatchRunner(model, threads, draft, n_seq_max=batched, n_ctx=4096 * batched, kv_unified=kvu)
+                r.run_one(warm, 2)
+                dt, outs[kind] = r.run(ids, max_tokens)
+                best[kind] = max(best[kind], sum(len(o) for o in outs[kind]) / dt)
+                if draft is not None:
+                    st = r.stats()
+                    stats = {k: st[k] for k in DRAFT_STATS if k in st}
+                r.llm.close()
+            equal = equal and outs["plain"] == outs["draft"]
+            if progress is not None:
+                progress(f"batched {batched} {name}: best {best['plain']:.2f} vs {best['draft']:.2f} tok/s")
+        br[name] = {"plain_tok_s": best["plain"], "draft_tok_s": best["draft"], "equal": equal,
+                    "draft_stats": stats}
+    return {"n": batched, "repeat": max(int(repeat), 1), **br}
+
+
 def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int, batched: int,
-              n_threads: Optional[int], llama_cpp: bool, progress=None, llama_threads: Optional[int] = None) -> dict:
+              n_threads: Optional[int], llama_cpp: bool, progress=None, llama_threads: Optional[int] = None,
+              batched_repeat: int = 1) -> dict:
     from ubatch.engine.llm import load_model
     model = load_model(model_name)
     tok = model.tokenizer
     threads = n_threads or os.cpu_count() or 1
+    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads,
+                            "llama_threads": llama_threads or threads, "sets": {}}
+    if sets:
+        res.update(run_single(model, model_name, tok, sets, max_tokens, n_prompts, threads, llama_cpp, progress,
+                              llama_threads))
+    else:
+        res["llama_cpp"] = False
+    if batched > 1:
+        res["batched"] = run_batched(model, tok, batched, max_tokens, threads, batched_repeat, progress)
+    return res
+
+
+def run_single(model, model_name: str, tok, sets: List[str], max_tokens: int, n_prompts: int, threads: int,
+               llama_cpp: bool, progress, llama_threads: Optional[int]) -> dict:
+    """The single-stream sets: {"sets": ..., "draft_stats": ..., "llama_cpp": whether it ran}."""
     runners = {"ubatch": UbatchRunner(model, threads, None), "ubatch+draft": UbatchRunner(model, threads,
                                                                                           "prompt-lookup")}
     have_lcp = False
@@ -127,8 +179,7 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
     warm = chat_tokens(tok, "Say hi.")
     for r in runners.values():                              # warm-up: weights paged in, threads started
         r.run_one(warm, 4)
-    res: Dict[str, dict] = {"model": model_name, "max_tokens": max_tokens, "threads": threads,
-                            "llama_threads": llama_threads or threads, "sets": {}}
+    res: Dict[str, dict] = {"sets": {}}
     for set_name in sets:
         items = load_set(set_name)[:n_prompts]
         per = {k: {"s": 0.0, "tokens": 0, "outs": [], "first_s": 0.0} for k in runners}
@@ -154,27 +205,7 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
             row["llama_cpp_pld_equals_plain"] = f"{sum(same)}/{len(same)}"
         res["sets"][set_name] = row
     spec_stats = runners["ubatch+draft"].stats()
-    res["draft_stats"] = {k: spec_stats[k] for k in ("draft_rows", "draft_tokens", "draft_accepted", "acceptance",
-                                                     "cost_a_s", "cost_b_s") if k in spec_stats}
-    if batched > 1:
-        items = load_set("code")
-        ids = [chat_tokens(tok, items[i % len(items)]["content"]) for i in range(batched)]
-        br = {}
-        for kvu in (False, True):
-            plain = UbatchRunner(model, threads, None, n_seq_max=batched, n_ctx=4096 * batched, kv_unified=kvu)
-            spec = UbatchRunner(model, threads, "prompt-lookup", n_seq_max=batched, n_ctx=4096 * batched,
-                                kv_unified=kvu)
-            plain.run_one(warm, 2)
-            spec.run_one(warm, 2)
-            tp, op = plain.run(ids, max_tokens)
-            ts, os_ = spec.run(ids, max_tokens)
-            n = sum(len(o) for o in op)
-            br["unified" if kvu else "per-seq"] = {"plain_tok_s": n / tp, "draft_tok_s": sum(len(o) for o in os_) / ts,
-                                                   "equal": op == os_}
-            if progress is not None:
-                progress(f"batched {batched} {'unified' if kvu else 'per-seq'}: {n / tp:.2f} vs "
-                         f"{sum(len(o) for o in os_) / ts:.2f} tok/s")
-        res["batched"] = {"n": batched, **br}
+    res["draft_stats"] = {k: spec_stats[k] for k in DRAFT_STATS if k in spec_stats}
     res["llama_cpp"] = have_lcp
     return res
 
@@ -210,8 +241,15 @@ def report(res: dict) -> str:
                 x = b[k]
                 lines.append(f"{b['n']} batched code prompts, {k} KV: {x['plain_tok_s']:.2f} tok/s without a draft, "
                              f"{x['draft_tok_s']:.2f} with ({x['draft_tok_s'] / x['plain_tok_s']:.2f}x), "
-                             f"equal: {x['equal']}")
-    if not res.get("llama_cpp"):
+                             f"equal: {x['equal']} (best of {b.get('repeat', 1)})")
+                st = x.get("draft_stats") or {}
+                if st:
+                    lines.append(f"  draft: {st.get('draft_tokens', 0)} tokens, {100 * st.get('acceptance', 0):.0f} % "
+                                 f"accepted, cost a = {1000 * st.get('cost_a_s', 0):.1f} ms + b = "
+                                 f"{1000 * st.get('cost_b_s', 0):.2f} ms per row, measured speedup of the drafted "
+                                 f"steps {st.get('draft_speedup', 1.0):.2f}x, gate closed {st.get('gate_closures', 0)}"
+                                 f" times ({st.get('gated_steps', 0)} plain steps)")
+    if res.get("sets") and not res.get("llama_cpp"):
         lines.append("llama-cpp-python is not installed: its columns are empty")
     return "\n".join(lines)
 
@@ -222,6 +260,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--prompts", type=int, default=8, help="prompts per set (default all 8)")
     p.add_argument("--batched", type=int, default=8, help="sequences of the batched run (0: skip)")
+    p.add_argument("--batched-repeat", type=int, default=1,
+                   help="plain and drafted batched runs alternate this many times; the best of each is kept")
+    p.add_argument("--only", choices=("all", "single", "batched"), default="all",
+                   help="run only the single-stream sets or only the batched runs (default all)")
     p.add_argument("--threads", type=int, default=None, help="ubatch's threads (default: all cores)")
     p.add_argument("--llama-threads", type=int, default=None,
                    help="llama-cpp-python's threads (default: --threads; on a loaded machine its spinning thread "
@@ -233,12 +275,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main_args(args, progress=None) -> int:
     sets = [s for s in args.sets.split(",") if s]
     bad = [s for s in sets if s not in SETS]
-    if bad or args.max_tokens < 1 or args.prompts < 1 or args.batched < 0:
-        print(f"ubatch bench speculative: --sets from {SETS}, --max-tokens / --prompts >= 1, --batched >= 0",
-              file=sys.stderr)
+    only = getattr(args, "only", "all")
+    repeat = getattr(args, "batched_repeat", 1)
+    if bad or args.max_tokens < 1 or args.prompts < 1 or args.batched < 0 or repeat < 1 or \
+            (only == "batched" and args.batched < 2):
+        print(f"ubatch bench speculative: --sets from {SETS}, --max-tokens / --prompts / --batched-repeat >= 1, "
+              f"--batched >= 0 (>= 2 with --only batched)", file=sys.stderr)
         return 2
-    res = run_bench(args.model, sets, args.max_tokens, args.prompts, args.batched, args.threads,
-                    not args.no_llama_cpp, progress, llama_threads=args.llama_threads)
+    if only == "batched":
+        sets = []
+    res = run_bench(args.model, sets, args.max_tokens, args.prompts, 0 if only == "single" else args.batched,
+                    args.threads, not args.no_llama_cpp, progress, llama_threads=args.llama_threads,
+                    batched_repeat=repeat)
     print(report(res))
     if args.json:
         with open(args.json, "w") as f:

@@ -10,12 +10,13 @@ cells of a unified cache and the empty cells of a sliding-window cache (sliding_
 """
 from __future__ import annotations
 
+import time
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from ubatch.engine.speculative import (DEFAULT_DRAFT_MAX, Acceptance, CostModel, make_drafter, plan_depths,
-                                       sliding_room)
+from ubatch.engine.speculative import (DEFAULT_DRAFT_MAX, Acceptance, CostModel, DraftGate, make_drafter,
+                                       plan_depths, sliding_room)
 
 
 class SeqSpec:
@@ -67,11 +68,15 @@ class EngineSpeculator:
                                     n_batch=ctx.n_batch, n_threads=engine.n_threads, draft_max=self.k_max,
                                     tokenizer=engine.tokenizer)
         self.cost = CostModel()
+        self.gate = DraftGate(lambda rows: self.cost.predict(1, rows))
         self.per_seq_streams = engine._kv.n_stream > 1
         self.draft_rows = 0           # draft rows decoded
         self.draft_tokens = 0         # real draft tokens decoded (draft_rows minus padding)
         self.accepted = 0             # draft tokens accepted
         self.drafted_steps = 0
+        self.gated_steps = 0          # steps the gate kept plain (closed, or measuring the plain reference)
+        self._t_plan = 0.0            # this step: when planning began, its decoding sequences, draft rows and
+        self._n_seq = self._n_dr = self._extra = 0      # tokens emitted beyond one per sequence
 
     # ------------------------------------------------------------------ planning
     def _state(self, s) -> SeqSpec:
@@ -98,6 +103,8 @@ class EngineSpeculator:
         eng = self.eng
         ctx = eng.ctx
         B = len(dec)
+        self._t_plan = time.perf_counter()
+        self._n_seq, self._n_dr, self._extra = B, 0, 0
         for s in dec:
             if getattr(s, "spec", None) is not None:
                 s.spec.draft = None
@@ -154,11 +161,15 @@ class EngineSpeculator:
         else:
             for i in idx:
                 dec[i].spec.key = 0
-        alpha = np.array([dec[i].spec.acc(dec[i].spec.key).alpha if caps[i] > 0 else 0.0 for i in range(B)])
-        depths = plan_depths(alpha, np.minimum(caps, room_total // B if common else room_total), a=self.cost.a,
-                             b=self.cost.b,
-                             base_rows=B + prompt_rows, base_value=B + prompt_rows, n_ubatch=ctx.n_ubatch,
-                             common_depth=common, depth_cost=drafter.depth_cost, lengths=lengths)
+        if not (self.gate.tick(B) if prompt_rows == 0 else self.gate.closed_for == 0):
+            depths = np.zeros(B, np.int32)         # the gate is closed, or the plain reference is measured
+            self.gated_steps += 1
+        else:
+            alpha = np.array([dec[i].spec.acc(dec[i].spec.key).alpha if caps[i] > 0 else 0.0 for i in range(B)])
+            depths = plan_depths(alpha, np.minimum(caps, room_total // B if common else room_total),
+                                 a=self.cost.a, b=self.cost.b, base_rows=B + prompt_rows,
+                                 base_value=B + prompt_rows, n_ubatch=ctx.n_ubatch, common_depth=common,
+                                 depth_cost=drafter.depth_cost, lengths=lengths)
         if not common and depths.sum() > room_total:
             depths = _trim(depths, room_total)
         if drafter.cheap:
@@ -206,6 +217,7 @@ class EngineSpeculator:
             n_dr += k
         if n_dr:
             self.drafted_steps += 1
+        self._n_dr = n_dr
         own = np.repeat(np.arange(len(dec), dtype=np.int32), counts)
         if not dec:
             return np.zeros(0, np.int32), np.zeros(0, np.int32), own, 0
@@ -248,6 +260,7 @@ class EngineSpeculator:
             if sp is not None and sp.draft is not None:
                 s.n_past -= len(sp.draft)
                 sp.draft = None
+        self._n_dr = -1                            # an irregular step: not measured
 
     def verify(self, s, toks: np.ndarray, info_of) -> int:
         """Accepts the samples toks (int32[k + 1], rows in order) of s's drafted rows while each equals the
@@ -276,16 +289,27 @@ class EngineSpeculator:
         self.draft_tokens += real
         self.accepted += min(m, real)
         sp.draft = None
+        self._extra += r
         return r + 1
 
     def observe(self, ubatches: int, rows: int, seconds: float) -> None:
+        """The step is over: ubatches and rows decoded, seconds of decoding and sampling. Only decode steps whose
+        rows are exactly their sequences' rows and drafts are measured (no prompt rows, no retry): the cost model
+        takes the decode and sampling seconds (what rows cost), the gate the whole step from its planning on
+        (what the tokens per second are made of)."""
+        B, n_dr = self._n_seq, self._n_dr
+        self._n_seq = 0
+        if B <= 0 or n_dr < 0 or rows != B + n_dr:
+            return
         self.cost.observe(ubatches, rows, seconds)
+        self.gate.observe(B, n_dr > 0, B + self._extra, time.perf_counter() - self._t_plan)
 
     def stats(self) -> dict:
         return {"draft": repr(self.drafter), "draft_rows": self.draft_rows, "draft_tokens": self.draft_tokens,
                 "draft_accepted": self.accepted, "drafted_steps": self.drafted_steps,
                 "acceptance": self.accepted / self.draft_tokens if self.draft_tokens else 0.0,
-                "cost_a_s": self.cost.a, "cost_b_s": self.cost.b}
+                "cost_a_s": self.cost.a, "cost_b_s": self.cost.b, "gate_closures": self.gate.closures,
+                "gated_steps": self.gated_steps, "draft_speedup": self.gate.speedup}
 
     def close(self) -> None:
         self.drafter.close()

@@ -285,8 +285,14 @@ class Acceptance:
 
 
 class CostModel:
-    """Step seconds ~ a * ubatches + b * rows, by decayed least squares over the observed steps with a weak
-    prior b = R0 * a (which is all there is while every step has the same shape)."""
+    """Seconds of a decode step ~ a * ubatches + b * rows, by decayed least squares over the observed decode
+    steps with a weak prior b = R0 * a (which is all there is while every step has the same shape).
+
+    Only steps without prompt rows are fitted (observe(..., prompt_rows=k) with k > 0 is ignored): a prompt row
+    has no output (no lm_head product, no sampling) and a 512-row prefill ubatch runs the matmuls at a far better
+    rate per row than a decode step's few rows, so with their large row counts the prefill steps outweighed every
+    decode step of the fit and b came out at about half of what a draft row costs (Qwen2.5 0.5B, 8 sequences:
+    fitted b/a 0.07 against 0.17-0.3 measured on the decode steps): draft rows looked nearly free."""
 
     R0, DECAY, PRIOR_W = 0.15, 0.97, 0.5
 
@@ -295,8 +301,8 @@ class CostModel:
         self.n_obs = 0
         self.a, self.b = 1.0, self.R0
 
-    def observe(self, ubatches: int, rows: int, seconds: float) -> None:
-        if ubatches <= 0 or rows <= 0 or not (seconds > 0.0) or not math.isfinite(seconds):
+    def observe(self, ubatches: int, rows: int, seconds: float, prompt_rows: int = 0) -> None:
+        if prompt_rows or ubatches <= 0 or rows <= 0 or not (seconds > 0.0) or not math.isfinite(seconds):
             return
         u, n, y = float(ubatches), float(rows), float(seconds)
         self.s = self.s * self.DECAY + np.array([u * u, u * n, n * n, u * y, n * y])
@@ -312,6 +318,88 @@ class CostModel:
             a = y / (u + self.R0 * n)
         b = min(max(b, 0.01 * a), 2.0 * a)
         self.a, self.b = float(a), float(b)
+
+    def predict(self, ubatches: int, rows: int) -> float:
+        return self.a * ubatches + self.b * rows
+
+
+class DraftGate:
+    """Whether a batch drafts at all, from measured step times (the cost model and the acceptance rates only
+    predict). A drafted decode step of B sequences that emitted E tokens in t seconds would have taken E / B
+    plain steps of T(B) seconds: its speedup is E T(B) / (B t). T(B) is the decayed mean of the measured plain
+    decode steps of B sequences, or, for a B not measured, the nearest measured one scaled by the cost model
+    (predict(rows) -> seconds). The gate keeps the decayed ratio of those sums over the drafted steps since it
+    opened; once MIN_STEPS drafted steps are in and the ratio is below LOW, it closes for `backoff` steps
+    (OFF_MIN, doubled at every probe that fails again, up to OFF_MAX; back to OFF_MIN once a probe pays), then
+    opens again: the probe. While it is open a step is kept plain when no plain step was measured yet or
+    REF_EVERY drafted steps ago: the reference is measured, not predicted.
+
+    tick(B) is asked once per step that could draft; observe(B, drafted, emitted, seconds) takes the step's
+    measurement (decode steps only: no prompt rows)."""
+
+    DECAY, PLAIN_DECAY, MIN_STEPS, LOW = 0.9, 0.7, 8, 0.95
+    OFF_MIN, OFF_MAX, REF_EVERY = 8, 256, 48
+
+    def __init__(self, predict=None) -> None:
+        self.predict = predict        # rows -> predicted seconds of a decode step (None: only measured B)
+        self.plain: dict = {}         # B -> decayed mean seconds of a plain decode step of B sequences
+        self.since_plain = -1         # drafted steps since the last plain one (-1: none measured)
+        self.num = 0.0                # decayed sum of E T(B) / B over the drafted steps since the gate opened
+        self.den = 0.0                # decayed sum of their seconds
+        self.n = 0                    # drafted steps since the gate opened
+        self.closed_for = 0
+        self.backoff = self.OFF_MIN
+        self.closures = 0
+
+    @property
+    def speedup(self) -> float:
+        """The measured speedup of the drafted steps since the gate opened (1.0 before any)."""
+        return self.num / self.den if self.den > 0.0 else 1.0
+
+    def reference(self, B: int) -> Optional[float]:
+        """T(B): seconds of a plain decode step of B sequences (None: nothing measured to go by)."""
+        t = self.plain.get(B)
+        if t is not None or not self.plain:
+            return t
+        B0 = min(self.plain, key=lambda k: (abs(k - B), k))
+        if self.predict is None:
+            return None
+        p0, p = self.predict(B0), self.predict(B)
+        return self.plain[B0] * p / p0 if p0 > 0.0 and p > 0.0 else None
+
+    def tick(self, B: int) -> bool:
+        """A step with B decoding sequences is planned: True when it may carry draft rows."""
+        if self.closed_for > 0:
+            self.closed_for -= 1
+            if self.closed_for == 0:
+                self.num = self.den = 0.0
+                self.n = 0
+            return False
+        return 0 <= self.since_plain < self.REF_EVERY and self.reference(B) is not None
+
+    def observe(self, B: int, drafted: bool, emitted: int, seconds: float) -> None:
+        if B <= 0 or not (seconds > 0.0) or not math.isfinite(seconds):
+            return
+        if not drafted:
+            t = self.plain.get(B)
+            self.plain[B] = seconds if t is None else t + (1.0 - self.PLAIN_DECAY) * (seconds - t)
+            self.since_plain = 0
+            return
+        ref = self.reference(B)
+        if ref is None or self.closed_for > 0:
+            return
+        self.since_plain += 1
+        self.num = self.num * self.DECAY + emitted * ref / B
+        self.den = self.den * self.DECAY + seconds
+        self.n += 1
+        if self.n < self.MIN_STEPS:
+            return
+        if self.speedup < self.LOW:
+            self.closed_for = self.backoff
+            self.backoff = min(2 * self.backoff, self.OFF_MAX)
+            self.closures += 1
+        elif self.speedup >= 1.0:
+            self.backoff = self.OFF_MIN
 
 
 MARGIN = 1.02
@@ -383,5 +471,5 @@ def sliding_room(memory, stream: int) -> Optional[int]:
     return max(swa.size - head, 0)
 
 
-__all__ = ["Acceptance", "CallableDrafter", "CostModel", "DEFAULT_DRAFT_MAX", "ModelDrafter", "PromptLookupDrafter",
-           "make_drafter", "plan_depths", "sliding_room"]
+__all__ = ["Acceptance", "CallableDrafter", "CostModel", "DEFAULT_DRAFT_MAX", "DraftGate", "ModelDrafter",
+           "PromptLookupDrafter", "make_drafter", "plan_depths", "sliding_room"]
