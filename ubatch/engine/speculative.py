@@ -16,9 +16,11 @@ Drafters (make_drafter):
 
 The draft length is chosen per step by DraftPolicy: each sequence has an acceptance rate (a decayed count of
 accepted / drafted tokens; the j-th draft token is accepted with probability ~ alpha^j), the step time is
-modelled as a * ubatches + b * rows (fitted online on the engine's own steps), and the depths chosen maximise
-the expected tokens per second of the step. Prompts with little to copy get no draft rows (and with prompt
-lookup their acceptance is still learnt from the proposals not submitted), so they are not slowed down.
+modelled as a * ubatches + b * rows (CostModel, fitted online on the engine's own decode steps), and the depths
+chosen maximise the expected tokens per second of the step. Prompts with little to copy get no draft rows (and
+with prompt lookup their acceptance is still learnt from the proposals not submitted), so they are not slowed
+down. DraftGate checks the prediction against the clock: a batch whose drafted steps are measured slower than
+its plain steps stops drafting, and probes again later.
 
 KV room: a sliding-window (iSWA) cache may overwrite a cell whose position has left the window; a draft row
 must never do that (the rejected row would leave the cache unlike plain decoding, and could evict positions
