@@ -26,6 +26,9 @@ def test_cost_model_fits_decode_steps_and_ignores_prefill():
         c.observe(1, 512, 0.05 + 0.004 * 512, prompt_rows=504)     # a prefill step: rows far cheaper
     assert abs(c.a - 0.05) < 0.01 and abs(c.b - 0.01) < 0.002
     assert c.predict(1, 8) == pytest.approx(c.a + 8 * c.b)
+    a0, b0 = c.a, c.b
+    c.observe(1, 40, 30.0)                                         # a stall: clipped to 2x the prediction
+    assert abs(c.b - b0) < 0.3 * b0 and abs(c.a - a0) < 0.3 * a0              # unclipped: a 75x, b 14x
     d = CostModel()
     for n in (8, 16, 24, 12, 40, 8, 30) * 4:
         d.observe(1, n, 0.05 + 0.01 * n)
@@ -54,7 +57,9 @@ def test_gate_closes_on_slow_drafted_steps_backs_off_and_probes():
     for k in range(DraftGate.MIN_STEPS):
         assert g.tick(8)
         g.observe(8, True, **slow)
-    assert g.closures == 1 and g.speedup < DraftGate.LOW
+    assert g.speedup < DraftGate.LOW and g.closures == 0 and not g.tick(8)    # a plain step confirms first
+    g.observe(8, False, 8, 0.100)
+    assert g.closures == 1
     closed = 0
     while not g.tick(8):                                           # closed for OFF_MIN steps, then a probe
         closed += 1
@@ -64,6 +69,8 @@ def test_gate_closes_on_slow_drafted_steps_backs_off_and_probes():
         g.observe(8, True, **slow)
         if k < DraftGate.MIN_STEPS - 1:
             assert g.tick(8)
+    assert not g.tick(8)
+    g.observe(8, False, 8, 0.100)
     assert g.closures == 2
     closed = 0
     while not g.tick(8):
@@ -88,7 +95,19 @@ def test_gate_hysteresis_and_the_plain_reference_is_remeasured():
     assert g.tick(4)
     for _ in range(DraftGate.MIN_STEPS):
         g.observe(4, True, 4, 0.0505)
-    assert g.closures == 1                                        # measured against the new reference: 0.87x
+    assert g.confirm and not g.tick(4)
+    g.observe(4, False, 4, 0.030)
+    assert g.closures == 1                                        # measured against the new reference
+
+
+def test_gate_a_stale_reference_is_confirmed_before_it_closes():
+    g = DraftGate()
+    g.observe(8, False, 8, 0.050)                                 # plain measured at a quiet moment
+    for _ in range(DraftGate.MIN_STEPS):                          # then the machine is twice as slow:
+        g.observe(8, True, 10, 0.100)                             # 10 tokens in 100 ms looks like 0.62x
+    assert g.confirm and not g.tick(8)
+    g.observe(8, False, 8, 0.100)                                 # the plain step now takes 100 ms: 1.25x
+    assert g.closures == 0 and g.speedup == pytest.approx(1.25) and g.tick(8)
 
 
 # ------------------------------------------------------------------------------------------ in the engine

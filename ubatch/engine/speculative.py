@@ -296,7 +296,7 @@ class CostModel:
     decode step of the fit and b came out at about half of what a draft row costs (Qwen2.5 0.5B, 8 sequences:
     fitted b/a 0.07 against 0.17-0.3 measured on the decode steps): draft rows looked nearly free."""
 
-    R0, DECAY, PRIOR_W = 0.15, 0.97, 0.5
+    R0, DECAY, PRIOR_W, CLIP, N_CLIP = 0.15, 0.97, 0.5, 2.0, 8
 
     def __init__(self) -> None:
         self.s = np.zeros(5)          # sum u*u, u*n, n*n, u*y, n*y
@@ -307,6 +307,9 @@ class CostModel:
         if prompt_rows or ubatches <= 0 or rows <= 0 or not (seconds > 0.0) or not math.isfinite(seconds):
             return
         u, n, y = float(ubatches), float(rows), float(seconds)
+        if self.n_obs >= self.N_CLIP:             # a stall (a loaded machine) moves the fit by at most 2x
+            p = self.predict(ubatches, rows)
+            y = min(max(y, p / self.CLIP), p * self.CLIP)
         self.s = self.s * self.DECAY + np.array([u * u, u * n, n * n, u * y, n * y])
         self.n_obs += 1
         suu, sun, snn, suy, sny = self.s
@@ -334,7 +337,9 @@ class DraftGate:
     opened; once MIN_STEPS drafted steps are in and the ratio is below LOW, it closes for `backoff` steps
     (OFF_MIN, doubled at every probe that fails again, up to OFF_MAX; back to OFF_MIN once a probe pays), then
     opens again: the probe. While it is open a step is kept plain when no plain step was measured yet or
-    REF_EVERY drafted steps ago: the reference is measured, not predicted.
+    REF_EVERY drafted steps ago: the reference is measured, not predicted; and before it closes, one plain step
+    re-measures T(B) (that measurement becomes T(B) and the ratio is re-scaled to it): a reference measured at a
+    quieter moment of a shared machine does not close it.
 
     tick(B) is asked once per step that could draft; observe(B, drafted, emitted, seconds) takes the step's
     measurement (decode steps only: no prompt rows)."""
@@ -352,6 +357,7 @@ class DraftGate:
         self.closed_for = 0
         self.backoff = self.OFF_MIN
         self.closures = 0
+        self.confirm = False          # the ratio fell below LOW: the next step is plain, then it is decided
 
     @property
     def speedup(self) -> float:
@@ -377,14 +383,20 @@ class DraftGate:
                 self.num = self.den = 0.0
                 self.n = 0
             return False
-        return 0 <= self.since_plain < self.REF_EVERY and self.reference(B) is not None
+        return not self.confirm and 0 <= self.since_plain < self.REF_EVERY and self.reference(B) is not None
 
     def observe(self, B: int, drafted: bool, emitted: int, seconds: float) -> None:
         if B <= 0 or not (seconds > 0.0) or not math.isfinite(seconds):
             return
         if not drafted:
             t = self.plain.get(B)
-            self.plain[B] = seconds if t is None else t + (1.0 - self.PLAIN_DECAY) * (seconds - t)
+            if self.confirm and t is not None:      # the confirming step: the fresh measurement is the reference
+                self.plain[B] = seconds
+                self.confirm = False
+                self.num *= seconds / t
+                self._decide()
+            else:
+                self.plain[B] = seconds if t is None else t + (1.0 - self.PLAIN_DECAY) * (seconds - t)
             self.since_plain = 0
             return
         ref = self.reference(B)
@@ -394,14 +406,18 @@ class DraftGate:
         self.num = self.num * self.DECAY + emitted * ref / B
         self.den = self.den * self.DECAY + seconds
         self.n += 1
-        if self.n < self.MIN_STEPS:
-            return
+        if self.n >= self.MIN_STEPS:
+            if self.speedup < self.LOW:
+                self.confirm = True
+            elif self.speedup >= 1.0:
+                self.backoff = self.OFF_MIN
+
+    def _decide(self) -> None:
+        """After the confirming plain step: closes for `backoff` steps if the ratio is still below LOW."""
         if self.speedup < self.LOW:
             self.closed_for = self.backoff
             self.backoff = min(2 * self.backoff, self.OFF_MAX)
             self.closures += 1
-        elif self.speedup >= 1.0:
-            self.backoff = self.OFF_MIN
 
 
 MARGIN = 1.02
