@@ -108,6 +108,20 @@ def test_bad_options(args, msg, capsys):
     assert msg in capsys.readouterr().err
 
 
+def test_kv_types(capsys):
+    """--type-k / --type-v reach the engine's context (the JSON config reports the context's own types); a bad
+    name is an argparse error naming it; a quantised type whose block of 32 does not divide tiny-llama's
+    head_dim 16 is refused naming the parameter."""
+    assert main(SMALL + ["--type-k", "bf16", "--type-v", "f32", "--json", "--no-progress"]) == 0
+    c = json.loads(capsys.readouterr().out)["config"]
+    assert (c["type_k"], c["type_v"]) == ("bf16", "f32")
+    with pytest.raises(SystemExit) as e:
+        main(SMALL + ["--type-v", "q3_0"])
+    assert e.value.code == 2 and "'q3_0' is not a K/V cache type" in capsys.readouterr().err
+    assert main(SMALL + ["--cache-type-k", "iq4_nl", "--no-progress"]) == 2
+    assert "type_k='iq4_nl'" in capsys.readouterr().err
+
+
 def test_bad_range_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--prompt-len", "9-2"])

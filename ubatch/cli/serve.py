@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ubatch.cli.kv_options import add_kv_type_options
 from ubatch.server.config import ServerConfig
 
 
@@ -21,6 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--n-batch", type=int, default=d.n_batch)
     p.add_argument("--n-ubatch", type=int, default=d.n_ubatch)
     p.add_argument("--threads", type=int, default=None, help="compute threads (default: all cores)")
+    add_kv_type_options(p, d.type_k, d.type_v)
     p.add_argument("--no-prefix-cache", action="store_true",
                    help="turn automatic prefix caching off (every prompt computed from scratch)")
     p.add_argument("--prefix-cache-cells", type=int, default=None, metavar="N",
@@ -81,7 +83,7 @@ def config_from(args) -> ServerConfig:
     split = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]   # noqa: E731
     return ServerConfig(model=args.model, model_id=args.model_id, host=args.host, port=args.port,
                         parallel=args.parallel, n_ctx=args.n_ctx, n_batch=args.n_batch, n_ubatch=args.n_ubatch,
-                        n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
+                        type_k=args.type_k, type_v=args.type_v, n_threads=args.threads, api_key=args.api_key or os.environ.get("UBATCH_API_KEY") or None,
                         max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                         max_tokens_limit=args.max_tokens_limit, grace_seconds=args.grace,
                         chat_template_file=args.chat_template, chat_format=args.chat_format,

@@ -17,6 +17,8 @@ class ServerConfig:
     n_ubatch: int = 512
     n_threads: Optional[int] = None
     kv_unified: bool = True                # one stream shared by all sequences (llama.cpp server's default)
+    type_k: str = "f16"                    # K cache element type (llama.cpp's --cache-type-k names)
+    type_v: str = "f16"                    # V cache element type (a quantised V: flash attention, always on here)
     prefix_cache: bool = True              # automatic prefix caching across requests (--no-prefix-cache)
     prefix_cache_cells: Optional[int] = None   # at most this many KV cells held by the prefix cache
     api_key: Optional[str] = None          # Bearer token; None: no auth

@@ -82,6 +82,7 @@ def build_state(cfg: ServerConfig) -> ServerState:
     from ubatch.engine.llm_engine import LLMEngine
     model = load_model(cfg.model)
     engine = LLMEngine(model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.parallel,
-                       kv_unified=cfg.kv_unified, n_threads=cfg.n_threads, enable_prefix_caching=cfg.prefix_cache,
+                       kv_unified=cfg.kv_unified, type_k=cfg.type_k, type_v=cfg.type_v, n_threads=cfg.n_threads,
+                       enable_prefix_caching=cfg.prefix_cache,
                        prefix_cache_max_cells=cfg.prefix_cache_cells, draft=cfg.draft, draft_max=cfg.draft_max)
     return ServerState(cfg, engine, model)

@@ -47,7 +47,12 @@ def main(argv=None) -> int:
         print(f"ubatch.llama_cpp.server needs the [server] extra (pip install 'ubatch[server]'): {e}",
               file=sys.stderr)
         return 2
-    return run_http(build_state(cfg))
+    try:
+        state = build_state(cfg)
+    except (ValueError, OSError) as e:           # e.g. a K/V type whose block does not divide the head dim
+        print(f"ubatch.llama_cpp.server: {e}", file=sys.stderr)
+        return 1
+    return run_http(state)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,14 @@ def to_server_config(server: ServerSettings, model: ModelSettings, parallel: int
             raise NotImplementedError(f"llama_cpp.server setting {name}: {what} is not supported by ubatch serve")
     if model.vocab_only:
         raise NotImplementedError("llama_cpp.server setting vocab_only: ubatch serve needs the weights")
-    if model.type_k not in (None, 0, 1) or model.type_v not in (None, 0, 1):
-        raise NotImplementedError("llama_cpp.server settings type_k / type_v: ubatch serve keeps the KV cache in "
-                                  "f16 / f32")
+    from ubatch.llama_cpp._constants import KV_TYPE_NAMES
+    kv = {}
+    for name in ("type_k", "type_v"):        # GGML_TYPE_* ids, None: llama.cpp's default f16
+        t = getattr(model, name)
+        if t is not None and int(t) not in KV_TYPE_NAMES:
+            raise ValueError(f"llama_cpp.server setting {name}={t}: not a K/V cache type (GGML_TYPE_* ids "
+                             f"{', '.join(f'{i} {n}' for i, n in sorted(KV_TYPE_NAMES.items()))})")
+        kv[name] = "f16" if t is None else KV_TYPE_NAMES[int(t)]
     if (model.rope_freq_base, model.rope_freq_scale, model.rope_scaling_type, model.yarn_ext_factor) != \
             (0.0, 0.0, -1, -1.0) or model.yarn_attn_factor != 1.0:
         raise NotImplementedError("llama_cpp.server RoPE / YaRN settings: ubatch serve uses the model's RoPE "
@@ -51,7 +56,7 @@ def to_server_config(server: ServerSettings, model: ModelSettings, parallel: int
                         n_threads=model.n_threads_batch if model.n_threads_batch > 0 else None,
                         api_key=server.api_key, chat_format=model.chat_format,
                         draft="prompt-lookup" if model.draft_model else None,
-                        draft_max=max(model.draft_model_num_pred_tokens, 1))
+                        draft_max=max(model.draft_model_num_pred_tokens, 1), **kv)
 
 
 def resolve(settings: Optional[Settings] = None, server_settings: Optional[ServerSettings] = None,
