@@ -62,3 +62,19 @@ def test_iq4_nl_matches_ggml():
     assert np.array_equal(deq, quants.dequantize(ref, Q.IQ4_NL))
     err = np.abs(deq - x).max(axis=1) / np.maximum(np.abs(x).max(axis=1), 1e-30)
     assert err[live.reshape(-1, 3).all(axis=1)].max() < 0.15    # the widest gap of the table (23 of 127), refitted
+
+
+def test_iq4_nl_dequant_same_on_every_backend(backend):
+    """The AVX2 iq4_nl row dequantiser (the SIMD back-ends) gives the plain-C floats bitwise, and the
+    attention over an iq4_nl K / V is each back-end's own fixed function of them."""
+    from ubatch.compute import matmul as mm
+    x = _rows()
+    q = kq.quantize_rows("iq4_nl", x)
+    got = kq.dequantize_rows("iq4_nl", q, 96)
+    mm.set_backend("generic")
+    try:
+        ref = kq.dequantize_rows("iq4_nl", q, 96)
+    finally:
+        mm.set_backend(backend)
+    assert np.array_equal(got, ref)
+    assert np.array_equal(ref, quants.dequantize(q, Q.IQ4_NL))

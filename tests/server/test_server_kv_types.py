@@ -1,27 +1,22 @@
 """`ubatch serve --type-k / --type-v` (and `python -m ubatch.llama_cpp.server --type_k / --type_v`, GGML_TYPE_*
-ids): the served engine holds its K/V in those types — a real server on a tiny gemma2 with head_dim 32 (so the
-blocks of 32 divide it) answers with the logprobs of an engine of the same types run alone in this process,
+ids): the served engine holds its K/V in those types — a real server on a small llama with head_dim 32
+(tests/support/hd32_model.py: the blocks of 32 divide it) answers with the logprobs of an engine of the same types run alone in this process,
 bitwise, and not those of the default f16 cache; bad values are refused naming them."""
 from __future__ import annotations
-
-import os
-import sys
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the [server] extra (fastapi, uvicorn) is not installed")
 
+import hd32_model  # noqa: E402
 from server_util import ServerProcess  # noqa: E402
-from suite_paths import TESTS  # noqa: E402
 
 PROMPTS = [[5, 17, 33, 2, 90, 41, 7], [200, 3, 3, 18, 64]]
 
 
 @pytest.fixture(scope="module")
 def hd32(tmp_path_factory):
-    sys.path.insert(0, os.path.join(TESTS, "model"))
-    import tiny_arch
-    return tiny_arch.write("gemma2-f32", tmp_path_factory.mktemp("kvt") / "gemma2-hd32.gguf", head_dim=32)
+    return hd32_model.write(tmp_path_factory.mktemp("kvt") / "llama-hd32.gguf")
 
 
 def _engine_logprobs(path, prompt, **kv):
@@ -42,7 +37,7 @@ def test_served_kv_types_are_used(hd32, tk, tv):
         with s.client() as c:
             got = []
             for p in PROMPTS:
-                r = c.post("/v1/completions", json={"model": "gemma2-hd32", "prompt": p, "max_tokens": 6,
+                r = c.post("/v1/completions", json={"model": "llama-hd32", "prompt": p, "max_tokens": 6,
                                                     "temperature": 0, "logprobs": 2, "return_token_ids": True})
                 assert r.status_code == 200, r.text
                 ch = r.json()["choices"][0]
