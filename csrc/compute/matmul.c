@@ -70,7 +70,7 @@ int ub_mm_set_backend(int32_t b) {
 static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
     if (be == UB_MM_AVX512) return ub_mm_gemm_avx512(t->type);
     if (be == UB_MM_AVXVNNI) return ub_mm_gemm_avxvnni(t->type);
-    const ub_mm_gemm none = {0, 0, 0};
+    const ub_mm_gemm none = {0, 0, 0, 0};
     return none;
 }
 
@@ -188,6 +188,15 @@ static void mm_work(void *ctx, int w) {
         for (int64_t i0 = 0; i0 < J->n;) {
             const uint8_t *a = J->xq[P->slot] + i0 * arb;
             float *yy = P->y + i0 * P->n_rows;
+            if (P->gemm.fn1 && J->n - i0 < P->gemm.gr) { /* rows fewer than a tile: one row at a time, gc columns */
+                const int gc = P->gemm.gc;
+                int64_t j = j0;
+                for (; j + gc <= j1; j += gc)
+                    P->gemm.fn1(P->nb, P->w + j * P->row_bytes, P->row_bytes, a, arb, yy + j, P->n_rows);
+                for (; j < j1; j++) P->dot(P->nb, P->w + j * P->row_bytes, a, arb, 1, yy + j, P->n_rows);
+                i0 += 1;
+                continue;
+            }
             if (P->gemm.fn && J->n - i0 >= P->gemm.gr) { /* GEMM tiles of gr rows x gc columns, the rest by dots */
                 const int gr = P->gemm.gr, gc = P->gemm.gc;
                 int64_t j = j0;
@@ -248,12 +257,13 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
         const ub_mm_type *t = ub_mm_find(types[p] & ~(int32_t)UB_MM_REPACKED);
         P->dot = dot_for(be, t);
         P->gemm = gemm_for(be, t);
-        if (P->rp) P->panel = ub_rp_panel_for(be, P->rp), P->gemm.fn = 0, P->gemm.gc = P->rp->L->rows;
+        if (P->rp) P->panel = ub_rp_panel_for(be, P->rp), P->gemm.fn = P->gemm.fn1 = 0, P->gemm.gc = P->rp->L->rows;
         if (P->gemm.fn && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fn = 0; /* edges by dots of <= RT rows */
+        if (P->gemm.gr > UB_MM_RT) P->gemm.fn1 = 0;
         int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
-        if (P->gemm.fn || P->rp) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles / panels */
+        if (P->gemm.fn || P->gemm.fn1 || P->rp) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles / panels */
         if (ch < 1) ch = 1;
         P->ch = ch;
         P->n_chunks = (P->n_rows + ch - 1) / ch;

@@ -195,7 +195,7 @@ VN void vk_gemm_q6_k(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
 }
 
 ub_mm_gemm ub_mm_gemm_avx512(int32_t type) {
-    ub_mm_gemm g = {0, VK_GC, VK_GR};
+    ub_mm_gemm g = {0, VK_GC, VK_GR, 0};
     if (type == UB_T_Q4_K) g.fn = vk_gemm_q4_k;
     else if (type == UB_T_Q5_K) g.fn = vk_gemm_q5_k;
     else if (type == UB_T_Q6_K) g.fn = vk_gemm_q6_k;

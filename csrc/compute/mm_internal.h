@@ -29,7 +29,8 @@ typedef void (*ub_mm_gemm_fn)(int64_t nb, const uint8_t *w, int64_t ws, const ui
                               int64_t ys);
 typedef struct {
     ub_mm_gemm_fn fn;
-    int gc, gr; /* columns (weight rows) and activation rows of a tile */
+    int gc, gr;         /* columns (weight rows) and activation rows of a tile */
+    ub_mm_gemm_fn fn1;  /* or NULL: a tile of gc columns x 1 row, for the rows fewer than gr (decode B = 1) */
 } ub_mm_gemm;
 /* Activation row quantiser: x: float[k] -> out (act row bytes). */
 typedef void (*ub_mm_quant_fn)(const float *x, int64_t k, uint8_t *out);
