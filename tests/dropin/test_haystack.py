@@ -1,5 +1,6 @@
 """Haystack's LlamaCppChatGenerator (llama-cpp-haystack) runs unchanged on ubatch after install_as_llama_cpp(): a
-reply, a streamed reply, a stop sequence and a JSON reply constrained by response_format's schema, compared with what
+reply, a streamed reply, a stop sequence, a JSON reply constrained by response_format's schema and a reply with a tool
+offered (its call comes back as text, as over llama-cpp-python), compared with what
 the same calls returned over the real llama-cpp-python 0.3.36 (tests/data/llama_cpp_python/integrations.json) and
 with the recorded greedy tokens of the chat prompt (all of whose margins are comfortable)."""
 import json
@@ -43,3 +44,9 @@ def test_structured_output_follows_the_schema(got):
     obj = json.loads(got["json"])
     assert set(obj) == {"name", "age"} and isinstance(obj["name"], str) and isinstance(obj["age"], int)
     assert got["json"] == REF["haystack"]["json"]
+
+
+def test_tool_offered_comes_back_as_llama_cpp_python_returns_it(got):
+    text, calls = got["tools"]
+    assert [text, calls] == REF["haystack"]["tools"]
+    assert calls == [] and json.loads(text) == {"name": "get_weather", "arguments": {"city": "Paris"}}

@@ -28,9 +28,11 @@ def person_model():
 
 def run_haystack(path: str) -> dict:
     """LlamaCppChatGenerator.run: a reply, a streamed reply (the callback's chunks), a stop sequence, a JSON reply
-    constrained by response_format's schema."""
+    constrained by response_format's schema, a reply with a tool offered (rendered by the GGUF template; the model's
+    tool-call JSON comes back as text, llama-cpp-python 0.3.36 parsing no tool calls out of a template's reply)."""
     warnings.simplefilter("ignore")
     from haystack.dataclasses import ChatMessage
+    from haystack.tools import Tool
     from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
 
     g = LlamaCppChatGenerator(model=path, n_ctx=N_CTX, model_kwargs={"verbose": False},
@@ -46,6 +48,11 @@ def run_haystack(path: str) -> dict:
     out["json"] = g.run([ChatMessage.from_user("Give a person as JSON")], generation_kwargs={
         "max_tokens": JSON_TOKENS, "response_format": {"type": "json_object", "schema": PERSON_SCHEMA}})[
         "replies"][0].text
+    weather = Tool(name="get_weather", description="The weather in a city", function=lambda city: f"sunny in {city}",
+                   parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    r = g.run([ChatMessage.from_user("What is the weather in Paris?")], tools=[weather],
+              generation_kwargs={"max_tokens": JSON_TOKENS})["replies"][0]
+    out["tools"] = [r.text, [[t.tool_name, t.arguments] for t in r.tool_calls]]
     g.close()
     return out
 
