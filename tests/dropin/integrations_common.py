@@ -2,9 +2,11 @@
 the real llama-cpp-python 0.3.36 (tests/data/llama_cpp_python/integrations.json, record_integrations.py), the
 recorded greedy tokens / top-2 margins of the free-text prompts (frameworks.json), the check that a framework
 really runs over ubatch.llama_cpp, and the skip (or, in CI, the failure) when a framework is not installed."""
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -49,3 +51,27 @@ def chat_prompt_len() -> int:
 def load_llm():
     from ubatch.model import fetch
     return L.Llama(str(fetch.path(cases.MODEL)), n_ctx=cases.N_CTX, verbose=False)
+
+
+@contextlib.contextmanager
+def installed(with_llm: bool = True):
+    """install_as_llama_cpp() for the duration, with a drop-in Llama of the test model (closed at the end)."""
+    L.install_as_llama_cpp()
+    llm = load_llm() if with_llm else None
+    try:
+        yield llm
+    finally:
+        if llm is not None:
+            llm.close()
+        L.uninstall_as_llama_cpp()
+
+
+def check_structured(got: dict, ref: dict, choice: str, extra_keys_allowed: bool) -> None:
+    """A choice among cases.CHOICES, a match of cases.YEAR_RE, a JSON object with a string name and an integer age
+    (other keys only if the framework's schema allows them): valid, and what llama-cpp-python gave."""
+    assert got[choice] in cases.CHOICES
+    assert re.fullmatch(cases.YEAR_RE, got["regex"])
+    obj = json.loads(got["json"])
+    assert isinstance(obj["name"], str) and isinstance(obj["age"], int)
+    assert extra_keys_allowed or set(obj) == {"name", "age"}
+    assert [got[k] for k in (choice, "regex", "json")] == [ref[k] for k in (choice, "regex", "json")]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import ubatch.llama_cpp as L
-from integrations_common import REF, cases, chat_prompt_len, greedy_text, load_llm, require
+from integrations_common import REF, cases, chat_prompt_len, greedy_text, installed, load_llm, require
 
 require("haystack", "haystack_integrations")
 pytestmark = pytest.mark.realmodel
@@ -17,13 +17,10 @@ pytestmark = pytest.mark.realmodel
 @pytest.fixture(scope="module")
 def got():
     from ubatch.model import fetch
-    L.install_as_llama_cpp()
-    try:
+    with installed(with_llm=False):
         from haystack_integrations.components.generators.llama_cpp.chat import chat_generator
         assert chat_generator.Llama is L.Llama, "Haystack's integration was imported over another llama_cpp"
         yield cases.run_haystack(str(fetch.path(cases.MODEL)))
-    finally:
-        L.uninstall_as_llama_cpp()
 
 
 def test_chat_stream_stop_equal_llama_cpp_python(got):

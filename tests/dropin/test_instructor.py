@@ -6,7 +6,7 @@ Mode.JSON_SCHEMA fails as it fails over llama-cpp-python 0.3.36 (which does not 
 import pytest
 
 import ubatch.llama_cpp as L
-from integrations_common import REF, cases, load_llm, require
+from integrations_common import REF, cases, installed, require
 
 require("instructor", "openai")
 pytestmark = pytest.mark.realmodel
@@ -14,13 +14,10 @@ pytestmark = pytest.mark.realmodel
 
 @pytest.fixture(scope="module")
 def got():
-    L.install_as_llama_cpp()
-    llm = load_llm()
-    try:
+    with installed() as llm:
+        import llama_cpp
+        assert llama_cpp is L
         yield cases.run_instructor(llm)
-    finally:
-        llm.close()
-        L.uninstall_as_llama_cpp()
 
 
 def test_response_models_equal_llama_cpp_python(got):
