@@ -55,7 +55,40 @@ def _converter(t: Any) -> Callable[[Any], Any]:
         return conv_s
     if t is ctypes.c_void_p:
         return lambda a: a if type(a) is int and 0 <= a < 2**64 else address(a)
-    return lambda a: a          # pointers and structs: the function reads them itself
+    if isinstance(t, type) and issubclass(t, ctypes._Pointer):
+        return _pointer_converter(t)
+    return lambda a: a          # structs: the function reads them itself
+
+
+def _pointee(a: Any) -> Any:
+    """The ctypes type an array / pointer / byref argument points at (None for anything else)."""
+    if isinstance(a, (ctypes.Array, ctypes._Pointer)):
+        return a._type_
+    obj = getattr(a, "_obj", None) if type(a).__name__ == "CArgObject" else None
+    if isinstance(obj, ctypes.Array):
+        return obj._type_
+    return type(obj) if obj is not None else None
+
+
+def _pointer_converter(t: Any) -> Callable[[Any], Any]:
+    """A POINTER(T) argument is passed on as given (the function reads it itself), but, as ctypes refuses it, an
+    array / pointer / byref of another element type fails: another width or kind of number (an int64 buffer
+    for int32 tokens would be written wrongly) or another struct. Same-width types (c_char for c_uint8) and
+    byref of an array of T are let through (ctypes is stricter there)."""
+    want = t._type_
+
+    def conv(a):
+        got = _pointee(a)
+        if got is None or got is want:
+            return a
+        simple = ctypes._SimpleCData
+        if isinstance(want, type) and issubclass(want, simple) and isinstance(got, type) and issubclass(got, simple):
+            if ctypes.sizeof(got) == ctypes.sizeof(want) and (got._type_ in "fd") == (want._type_ in "fd"):
+                return a
+        elif not (isinstance(want, type) and issubclass(want, ctypes.Structure)):
+            return a
+        raise TypeError(f"expected {t.__name__} instance instead of {type(a).__name__}")
+    return conv
 
 
 def cfunc(argtypes: list, restype: Any = None) -> Callable:

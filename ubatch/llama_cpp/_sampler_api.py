@@ -250,7 +250,18 @@ def llama_sampler_init_grammar_lazy_patterns(vocab, grammar_str, grammar_root, t
                                              num_trigger_patterns, trigger_tokens, num_trigger_tokens):
     pats = [p for p in _strings(trigger_patterns, num_trigger_patterns) if p is not None]
     return _grammar(vocab, grammar_str, grammar_root, True, pats, _ids(trigger_tokens, num_trigger_tokens))
-llama_sampler_init_infill = _missing("llama_sampler_init_infill", "the infill sampler")
+
+
+@cfunc([_vp], _SP)
+def llama_sampler_init_infill(vocab):
+    from ubatch.llama_cpp._handles import REGISTRY
+    from ubatch.llama_cpp._sampler_infill import Infill
+    v = REGISTRY.find(vocab, "vocab")
+    if v is None:
+        raise ValueError("llama_sampler_init_infill: not a vocab handle")
+    return _new(Infill(v))
+
+
 llama_sampler_init_adaptive_p = _missing("llama_sampler_init_adaptive_p", "the adaptive-p sampler")
 
 
