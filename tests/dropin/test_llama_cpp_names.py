@@ -1,7 +1,8 @@
 """Name coverage of ubatch.llama_cpp against llama-cpp-python 0.3.36's public names (tests/data/llama_cpp_python/
 names.json, written by record_names.py from the real package): the low-level module has every name but the ones
 listed here with their reason, and the names that exist only to raise NotImplementedError are exactly the listed
-families (each one raising, naming its feature). The coverage of every module is printed (pytest -s)."""
+families (each one raising, naming its feature); every other module has all of its module's names but MISSING_OK.
+The coverage of every module is printed (pytest -s)."""
 import importlib
 import json
 import os
@@ -19,11 +20,15 @@ RAISING_PREFIXES = ("llama_adapter_", "llama_set_adapter", "llama_apply_adapter_
                     "llama_chat_builtin_templates", "llama_model_save_to_file",
                     "llama_batch_ext_", "llama_process", "llama_opt_", "llama_model_load_from_file_ptr",
                     "llama_model_init_from_user", "llama_set_sampler", "llama_sampler_copy",
-                    "llama_vocab_get_suppress_tokens")
-# modules other work owns, still arriving (grammar, chat formats and types, speculative decoding)
-ELSEWHERE = {"llama_cpp.llama_types", "llama_cpp.llama_chat_format", "llama_cpp.llama_grammar",
-             "llama_cpp.llama_speculative", "llama_cpp.llama_cache", "llama_cpp._internals", "llama_cpp.llama",
-             "llama_cpp.llama_tokenizer", "llama_cpp._utils", "llama_cpp._logger"}
+                    "llama_vocab_get_suppress_tokens", "llama_sampler_init_adaptive_p")
+# names no module lacks but these: llama-cpp-python's ctypes binding machinery (above); in llama_grammar the sample
+# grammars (llama.cpp's grammars/*.gbnf text, not copied) and the private tables of its JSON-schema converter
+# (ubatch's converter, ubatch.grammar.schema, is its own)
+MISSING_OK = {"llama_cpp": NOT_IN_LOW_LEVEL, "llama_cpp.llama_cpp": NOT_IN_LOW_LEVEL,
+              "llama_cpp.llama_grammar": {"ARITHMETIC_GBNF", "CHESS_GBNF", "C_GBNF", "JAPANESE_GBNF", "JSON_ARR_GBNF",
+                                          "LIST_GBNF", "ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS",
+                                          "GRAMMAR_LITERAL_ESCAPES", "GRAMMAR_LITERAL_ESCAPE_RE",
+                                          "INVALID_RULE_CHARS_RE", "NON_LITERAL_SET"}}
 
 
 def _module(name):
@@ -67,7 +72,6 @@ def test_coverage_report():
         mod = _module(name)
         have = [n for n in names if mod is not None and hasattr(mod, n)]
         lines.append(f"{name}: {len(have)} / {len(names)}" + ("" if mod is not None else " (module absent)"))
-        if name not in ELSEWHERE and name not in ("llama_cpp", "llama_cpp.llama_cpp"):
-            assert mod is not None, name
+        assert set(names) - set(have) <= MISSING_OK.get(name, set()), (name, sorted(set(names) - set(have)))
     print("\n" + "\n".join(lines))
     assert NAMES["llama_cpp_python"] == "0.3.36"

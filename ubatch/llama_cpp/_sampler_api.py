@@ -205,6 +205,7 @@ def _missing(name: str, what: str):
     def fn(*args):
         raise NotImplementedError(f"{name}: {what} is not implemented in ubatch.llama_cpp")
     fn.__name__ = fn.__qualname__ = name
+    fn.ubatch_unsupported = what          # read by tests/dropin/test_llama_cpp_names.py
     return fn
 
 

@@ -6,6 +6,7 @@ import hashlib
 import os
 import pickle
 import weakref
+from abc import ABC, abstractmethod  # noqa: F401  (llama_cpp.llama_cache has them, as 0.3.36)
 from collections import OrderedDict
 from typing import Iterable, Optional, Sequence, Tuple
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from datetime import datetime  # noqa: F401  (these names as 0.3.36's module has them)
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Protocol, Tuple, Union, cast  # noqa: F401
+
+from jinja2.ext import Extension  # noqa: F401
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: F401
+
+from ubatch.llama_cpp._logger import logger  # noqa: F401
+from ubatch.llama_cpp._utils import Singleton, suppress_stdout_stderr  # noqa: F401
 
 from ubatch.chat import formats as _formats
 from ubatch.chat.jinja_formatter import JinjaChatFormat

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional, Union
+from itertools import groupby  # noqa: F401  (names 0.3.36's module has)
+from typing import Any, List, Optional, Set, Tuple, Union  # noqa: F401
 
 from ubatch.grammar.schema import (DOT, DOTALL, PRIMITIVES as PRIMITIVE_RULES, RESERVED as RESERVED_NAMES,  # noqa: F401
                                    FORMATS as STRING_FORMAT_RULES, SPACE_RULE, Builtin as BuiltinRule,

@@ -2,7 +2,7 @@
 tokenizer object passed as Llama(tokenizer=...))."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional  # noqa: F401
 
 from ubatch.llama_cpp.llama import BaseLlamaTokenizer, LlamaTokenizer  # noqa: F401
 
