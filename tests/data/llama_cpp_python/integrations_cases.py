@@ -88,7 +88,8 @@ def run_instructor(llm) -> dict:
     """instructor.patch(create=llm.create_chat_completion_openai_v1, mode=...) with a pydantic response_model:
     Mode.JSON (response_format json_object: a JSON grammar) and Mode.TOOLS (a forced tool call: the tool's schema
     as grammar); Mode.JSON_SCHEMA's response_format type "json_schema" is not one llama-cpp-python 0.3.36 reads
-    (it generates free text, which fails validation), recorded as the exception's class."""
+    (it generates free text, which fails validation), recorded as the exception's class; Mode.JSON streamed into
+    instructor.Partial (the partial objects as the chunks arrive)."""
     warnings.simplefilter("ignore")
     import instructor
 
@@ -102,6 +103,10 @@ def run_instructor(llm) -> dict:
             out[mode] = p.model_dump()
         except Exception as e:   # noqa: BLE001 (recorded: the same failure on both libraries)
             out[mode] = f"raised {type(e).__name__}"
+    create = instructor.patch(create=llm.create_chat_completion_openai_v1, mode=instructor.Mode.JSON)
+    parts = create(messages=[{"role": "user", "content": "Extract: Jason is 25 years old"}], stream=True,
+                   response_model=instructor.Partial[person], max_tokens=JSON_TOKENS, temperature=0.0, max_retries=0)
+    out["JSON.partial_stream"] = [p.model_dump() for p in parts]
     return out
 
 
