@@ -3,8 +3,8 @@
  * unsigned bytes u = value + 128 (one vpshufb of the nibbles through the 16 values ^ 0x80), and
  * isum = sum_g vpdpbusd(u_g, x_g broadcast) - 128 * sum(x) is the exact int32 sum of value * x of each row;
  * then the float step of rp_iq4nl.c (acc = fma(d_w * d_x, isum, acc)) on 16 lanes. Chosen at run time
- * (matmul.c via ub_rp_panel_for). */
-#include "rp_internal.h"
+ * (matmul.c via ub_rp_panel_for). The Q4_K / Q6_K panel kernels are rp_kq_avx512.c's. */
+#include "rp_kquant.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #include <immintrin.h>
@@ -75,7 +75,7 @@ static __attribute__((target(RP_TGT))) void rp_panel_iq4nl(int64_t nb, const uin
     }
 }
 
-ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) { return type == UB_T_IQ4_NL ? rp_panel_iq4nl : 0; }
+ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) { return type == UB_T_IQ4_NL ? rp_panel_iq4nl : ub_rp_kq_avx512(type); }
 #else
 ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) {
     (void)type;

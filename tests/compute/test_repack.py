@@ -31,7 +31,7 @@ def _x(n, k, rng):
 
 def test_layouts_listed():
     assert mm.repack_rows(int(T.IQ4_NL)) == 16
-    for t in (T.F32, T.Q8_0, T.Q4_K, T.IQ4_XS):  # no layout (yet): never repacked
+    for t in (T.F32, T.Q8_0, T.Q5_K, T.IQ4_XS):  # no layout (yet): never repacked (Q4_K, Q6_K: test_repack_kquant.py)
         assert mm.repack_rows(int(t)) == 0
         w = mm.QWeight(int(t), 32, 256, random_weight(t, 32, 256, np.random.default_rng(1)), repack=True)
         assert not w.repacked
