@@ -385,3 +385,26 @@ def test_ubatch_run_draft_option_same_completions(tmp_path, capsys):
         outs.append([(r["request"], r["tokens"]) for r in map(json.loads, f.read_text().splitlines())])
     assert outs[0] == outs[1]
     assert "speculative       prompt-lookup" in capsys.readouterr().out
+
+
+def test_bench_only_batched_updates_its_part_of_the_results(tmp_path, monkeypatch):
+    import json
+    from ubatch.bench import spec_bench
+    assert spec_bench.main(["--only", "batched", "--batched", "1"]) == 2
+    seen = {}
+
+    def fake(model, sets, max_tokens, n_prompts, batched, *a, **k):
+        seen.update(sets=sets, batched=batched, repeat=k.get("batched_repeat"))
+        return {"model": model, "max_tokens": max_tokens, "threads": 1, "llama_threads": 1, "sets": {},
+                "llama_cpp": False, "batched": {"n": batched, "repeat": 2, "unified": {
+                    "plain_tok_s": 10.0, "draft_tok_s": 11.0, "equal": True, "draft_stats": {}}}}
+
+    monkeypatch.setattr(spec_bench, "run_bench", fake)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"sets": {"code": {}}, "draft_stats": {"acceptance": 0.5}, "llama_cpp": True,
+                             "llama_threads": 2, "batched": {"n": 8}}))
+    assert spec_bench.main(["--only", "batched", "--batched-repeat", "2", "--json", str(f)]) == 0
+    assert seen == {"sets": [], "batched": 8, "repeat": 2}
+    got = json.loads(f.read_text())
+    assert got["sets"] == {"code": {}} and got["draft_stats"] == {"acceptance": 0.5} and got["llama_cpp"] is True
+    assert got["batched"]["unified"]["draft_tok_s"] == 11.0

@@ -14,7 +14,8 @@ drafted output equals its plain output (it must) and whether llama-cpp-python's 
 output (it need not: its verified logits come from a batch of several rows). Then `--batched` sequences of the
 code set together through one engine, with and without the draft, per-sequence and unified KV: plain and drafted
 runs alternate `--batched-repeat` times (fresh engines each time, so no prefix cache carries over) and the best
-of each is reported. `--only batched` runs just that part (`--only single` just the single-stream sets).
+of each is reported. `--only batched` runs just that part (`--only single` just the single-stream sets); with
+--json naming an existing results file, a partial run replaces only its own part of it.
 """
 from __future__ import annotations
 
@@ -289,6 +290,11 @@ def main_args(args, progress=None) -> int:
                     batched_repeat=repeat)
     print(report(res))
     if args.json:
+        if only != "all" and os.path.isfile(args.json):      # a partial run updates its part of the results
+            with open(args.json) as f:
+                old = json.load(f)
+            keep = ("batched",) if only == "single" else ("sets", "draft_stats", "llama_cpp", "llama_threads")
+            res = {**res, **{k: old[k] for k in keep if k in old}}
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
         print(f"wrote {args.json}")
