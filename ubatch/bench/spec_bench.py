@@ -117,6 +117,7 @@ def run_batched(model, tok, batched: int, max_tokens: int, threads: int, repeat:
     items = load_set("code")
     ids = [chat_tokens(tok, items[i % len(items)]["content"]) for i in range(batched)]
     warm = chat_tokens(tok, "Say hi.")
+    load0 = _load()
     br = {}
     for kvu in (False, True):
         name = "unified" if kvu else "per-seq"
@@ -138,7 +139,15 @@ def run_batched(model, tok, batched: int, max_tokens: int, threads: int, repeat:
                 progress(f"batched {batched} {name}: best {best['plain']:.2f} vs {best['draft']:.2f} tok/s")
         br[name] = {"plain_tok_s": best["plain"], "draft_tok_s": best["draft"], "equal": equal,
                     "draft_stats": stats}
-    return {"n": batched, "repeat": max(int(repeat), 1), **br}
+    return {"n": batched, "repeat": max(int(repeat), 1), "load_average": [load0, _load()], **br}
+
+
+def _load() -> Optional[float]:
+    """The 1-minute load average (None where the OS has none): the bench records it beside its figures."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int, batched: int,
@@ -162,7 +171,8 @@ def run_bench(model_name: str, sets: List[str], max_tokens: int, n_prompts: int,
 
 def run_single(model, model_name: str, tok, sets: List[str], max_tokens: int, n_prompts: int, threads: int,
                llama_cpp: bool, progress, llama_threads: Optional[int]) -> dict:
-    """The single-stream sets: {"sets": ..., "draft_stats": ..., "llama_cpp": whether it ran}."""
+    """The single-stream sets: {"sets": ..., "draft_stats": ..., "llama_cpp": whether it ran, "load_average"}."""
+    load0 = _load()
     runners = {"ubatch": UbatchRunner(model, threads, None), "ubatch+draft": UbatchRunner(model, threads,
                                                                                           "prompt-lookup")}
     have_lcp = False
@@ -208,6 +218,7 @@ def run_single(model, model_name: str, tok, sets: List[str], max_tokens: int, n_
     spec_stats = runners["ubatch+draft"].stats()
     res["draft_stats"] = {k: spec_stats[k] for k in DRAFT_STATS if k in spec_stats}
     res["llama_cpp"] = have_lcp
+    res["load_average"] = [load0, _load()]
     return res
 
 
@@ -250,6 +261,8 @@ def report(res: dict) -> str:
                                  f"{1000 * st.get('cost_b_s', 0):.2f} ms per row, measured speedup of the drafted "
                                  f"steps {st.get('draft_speedup', 1.0):.2f}x, gate closed {st.get('gate_closures', 0)}"
                                  f" times ({st.get('gated_steps', 0)} plain steps)")
+        if b.get("load_average"):
+            lines.append(f"  load average (1 min) at the start and the end of the batched runs: {b['load_average']}")
     if res.get("sets") and not res.get("llama_cpp"):
         lines.append("llama-cpp-python is not installed: its columns are empty")
     return "\n".join(lines)
@@ -293,7 +306,8 @@ def main_args(args, progress=None) -> int:
         if only != "all" and os.path.isfile(args.json):      # a partial run updates its part of the results
             with open(args.json) as f:
                 old = json.load(f)
-            keep = ("batched",) if only == "single" else ("sets", "draft_stats", "llama_cpp", "llama_threads")
+            keep = ("batched",) if only == "single" else ("sets", "draft_stats", "llama_cpp", "llama_threads",
+                                                          "load_average")
             res = {**res, **{k: old[k] for k in keep if k in old}}
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
