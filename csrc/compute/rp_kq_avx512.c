@@ -1,6 +1,6 @@
 /* The AVX-512 panel kernels of Q4_K / Q6_K (layouts: rp_kquant.h): register tiles of 2 panel rows x nr
- * activation rows (nr <= 6: 12 zmm integer + 12 ymm float accumulators), each 64-element chunk's weights one
- * zmm (a masked nibble group; Q6_K: | its 2 high bits by one ternary-logic op), the sub-block scales put in
+ * activation rows (nr 4..6: 12 zmm integer + 12 ymm float accumulators; 4 x 2..3 and 8 x 1 for fewer rows),
+ * each 64-element chunk's weights one zmm (a masked nibble group; Q6_K: | its 2 high bits by one ternary-logic op), the sub-block scales put in
  * place by one vpermw from the block's pre-decoded scales, maddubs + vpdpwssd per chunk and row, the
  * activation chunk loaded once for both panel rows.
  *
@@ -19,7 +19,7 @@
 #define KQ_TGT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define KQ_INL static inline __attribute__((always_inline, target(KQ_TGT)))
 #define KQ_UNR _Pragma("GCC unroll 8")
-#define KQ_GC 2
+#define KQ_GC 8 /* the widest tile (nr = 1) */
 
 KQ_INL float kq_h2f(const uint8_t *p) {
     uint16_t h;
@@ -33,10 +33,10 @@ KQ_INL float kq_hsum(__m256 a) { /* the AVX2 kernels' horizontal sum, same order
     return _mm_cvtss_f32(s);
 }
 
-/* y[r * ys + c] for c < 2, r < nr: panel rows c0, c0 + 1 of panel p (nb block columns) . Q8_K rows a + r * as.
- * six: 0 Q4_K (block bytes 148), 1 Q6_K (210). */
-KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const uint8_t *a, int64_t as, const int nr, float *y,
-                    int64_t ys, const int six) {
+/* y[r * ys + c] for c0 <= c < c0 + gc, r < nr: panel rows c of panel p (nb block columns) . Q8_K rows
+ * a + r * as. six: 0 Q4_K (block bytes 148), 1 Q6_K (210). */
+KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const int gc, const uint8_t *a, int64_t as, const int nr,
+                    float *y, int64_t ys, const int six) {
     const int bb = six ? RP_Q6K_BYTES : RP_Q4K_BYTES;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* the scale index of each 16-bit lane of chunk 0: Q4_K: piece 0 | piece 1 (256-bit halves); Q6_K: the
@@ -44,11 +44,15 @@ KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const uint8_t *a, int6
     const long long h1 = 0x0001000100010001LL, h2 = 2 * h1, h3 = 3 * h1;
     const __m512i sel = six ? _mm512_set_epi64(h3, h3, h2, h2, h1, h1, 0, 0) : _mm512_set_epi64(h1, h1, h1, h1, 0, 0, 0, 0);
     __m256 acc[KQ_GC][UB_MM_RT];
-    KQ_UNR for (int c = 0; c < KQ_GC; c++) KQ_UNR for (int r = 0; r < nr; r++) acc[c][r] = _mm256_setzero_ps();
+    KQ_UNR for (int c = 0; c < gc; c++) KQ_UNR for (int r = 0; r < nr; r++) acc[c][r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
+        if (nr <= 3) /* decode-sized calls stream the panels from DRAM: fetch this tile's blocks 2 columns ahead
+                      * (past the panel's end that is the next panel's start; a prefetch never faults) */
+            for (int l = 0; l < gc * bb; l += 64)
+                _mm_prefetch((const char *)(p + ((ib + 2) * RP_KQ_P + c0) * bb + l), _MM_HINT_T0);
         const uint8_t *blk[KQ_GC];
         __m512i sumi[KQ_GC][UB_MM_RT], scz[KQ_GC];
-        KQ_UNR for (int c = 0; c < KQ_GC; c++) {
+        KQ_UNR for (int c = 0; c < gc; c++) {
             blk[c] = p + (ib * RP_KQ_P + c0 + c) * bb;
             scz[c] = six ? _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk[c] + 2))))
                          : _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(blk[c] + 4))));
@@ -56,7 +60,7 @@ KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const uint8_t *a, int6
         }
         KQ_UNR for (int ch = 0; ch < 4; ch++) { /* elements 64 ch .. 64 ch + 63 */
             __m512i q[KQ_GC], sv[KQ_GC];
-            KQ_UNR for (int c = 0; c < KQ_GC; c++) {
+            KQ_UNR for (int c = 0; c < gc; c++) {
                 const __m512i g = _mm512_loadu_si512((const void *)(blk[c] + (six ? 18 : 20) + 64 * (ch >> 1)));
                 const __m512i lo = _mm512_and_si512((ch & 1) ? _mm512_srli_epi16(g, 4) : g, m4);
                 if (six) { /* the bit pair ch of each high-bit byte moved to bits 4..5 (16-bit shifts keep it in its byte) */
@@ -71,11 +75,11 @@ KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const uint8_t *a, int6
             KQ_UNR for (int r = 0; r < nr; r++) {
                 const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
                 const __m512i xv = _mm512_loadu_si512((const void *)(x->qs + 64 * ch));
-                KQ_UNR for (int c = 0; c < KQ_GC; c++)
+                KQ_UNR for (int c = 0; c < gc; c++)
                     sumi[c][r] = _mm512_dpwssd_epi32(sumi[c][r], _mm512_maddubs_epi16(q[c], xv), sv[c]);
             }
         }
-        KQ_UNR for (int c = 0; c < KQ_GC; c++) {
+        KQ_UNR for (int c = 0; c < gc; c++) {
             const __m256 dwv = _mm256_set1_ps(kq_h2f(blk[c]));
             __m256 dmv = dwv;
             __m256i mins = _mm256_setzero_si256();
@@ -95,13 +99,16 @@ KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const uint8_t *a, int6
             }
         }
     }
-    KQ_UNR for (int c = 0; c < KQ_GC; c++) KQ_UNR for (int r = 0; r < nr; r++) y[r * ys + c0 + c] = kq_hsum(acc[c][r]);
+    KQ_UNR for (int c = 0; c < gc; c++) KQ_UNR for (int r = 0; r < nr; r++) y[r * ys + c0 + c] = kq_hsum(acc[c][r]);
 }
 
-/* the 8 rows of a panel as 4 tiles of 2 */
+/* the 8 rows of a panel: one tile of 8 for 1 activation row (the panel streams once, in order: decode reads
+ * it from DRAM), 2 of 4 for 2..3 rows, 4 of 2 beyond (the accumulators of 2 x 6 fill the registers). Each
+ * element's operations are the same in every tile shape: only loads are shared. */
 KQ_INL void kq_panel(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, const int nr, float *y, int64_t ys,
                      const int six) {
-    for (int c0 = 0; c0 < RP_KQ_P; c0 += KQ_GC) kq_tile(nb, p, c0, a, as, nr, y, ys, six);
+    const int gc = nr == 1 ? 8 : nr <= 3 ? 4 : 2;
+    for (int c0 = 0; c0 < RP_KQ_P; c0 += gc) kq_tile(nb, p, c0, gc, a, as, nr, y, ys, six);
 }
 
 #define KQ_DISPATCH(NAME, SIX)                                                                               \
