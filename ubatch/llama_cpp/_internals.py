@@ -17,9 +17,10 @@ from ubatch.llama_cpp import llama_cpp as L
 from ubatch.llama_cpp.llama_types import *  # noqa: F401,F403  (as 0.3.36's `from .llama_types import *`)
 from ubatch.llama_cpp.llama_grammar import LlamaGrammar  # noqa: F401
 from ubatch.llama_cpp._utils import suppress_stdout_stderr
+from ubatch.llama_cpp._internals_sampling import _HandleOwner
 
 
-class LlamaModel:
+class LlamaModel(_HandleOwner):
     """Owns a llama_model handle (`.model`) and its vocab (`.vocab`); freed by close() or when collected."""
 
     def __init__(self, *, path_model: str, params, verbose: bool = True) -> None:
@@ -44,15 +45,6 @@ class LlamaModel:
         if self.model is not None:
             L.llama_model_free(self.model)
             self.model = None
-
-    def close(self) -> None:
-        self._exit_stack.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def vocab_type(self) -> int:
         return L.llama_vocab_type(self.vocab)
@@ -187,7 +179,7 @@ def _deprecated_sampling(name: str):
     return method
 
 
-class LlamaContext:
+class LlamaContext(_HandleOwner):
     """Owns a llama_context handle (`.ctx`) and its memory (`.memory`); freed before its model."""
 
     def __init__(self, *, model: LlamaModel, params, verbose: bool = True) -> None:
@@ -207,15 +199,6 @@ class LlamaContext:
         if self.ctx is not None:
             L.llama_free(self.ctx)
             self.ctx = None
-
-    def close(self) -> None:
-        self._exit_stack.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def n_ctx(self) -> int:
         return L.llama_n_ctx(self.ctx)
@@ -296,7 +279,7 @@ class LlamaContext:
         return L.llama_context_default_params()
 
 
-class LlamaBatch:
+class LlamaBatch(_HandleOwner):
     """Owns a llama_batch (`.batch`) of n_tokens rows; set_batch / add_sequence fill it with one numpy write per
     field (0.3.36 loops per token in Python)."""
 
@@ -314,15 +297,6 @@ class LlamaBatch:
         if self.batch is not None:
             L.llama_batch_free(self.batch)
             self.batch = None
-
-    def close(self) -> None:
-        self._exit_stack.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def n_tokens(self) -> int:
         return self.batch.n_tokens

@@ -14,6 +14,20 @@ from ubatch.llama_cpp import llama_cpp as L
 
 
 @dataclass
+class _HandleOwner:
+    """What every owner of a low-level handle shares (as 0.3.36's classes each spell out): close() runs the
+    owner's ExitStack (its free callbacks), and collection closes it, never raising from __del__."""
+
+    def close(self) -> None:
+        self._exit_stack.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class LlamaSamplingParams:
     n_prev: int = 64
     n_probs: int = 0
@@ -95,7 +109,7 @@ class CustomSampler:
         return ctypes.pointer(self.sampler)
 
 
-class LlamaSampler:
+class LlamaSampler(_HandleOwner):
     """A sampler chain (`.sampler`, a POINTER(llama_sampler)) owned by Python; custom samplers are taken out of
     the chain before it is freed (the chain does not own them)."""
 
@@ -112,15 +126,6 @@ class LlamaSampler:
             self.custom_samplers = []
             L.llama_sampler_free(self.sampler)
             self.sampler = None
-
-    def close(self) -> None:
-        self._exit_stack.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _add(self, s) -> None:
         if not s:
