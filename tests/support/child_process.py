@@ -8,7 +8,17 @@ import sys
 CHILD_CWD = os.path.dirname(os.path.abspath(__file__))
 
 
+def _other_ubatch(p: str) -> bool:
+    """True when folder p holds a `ubatch` package other than the one this process imported (the repository
+    root on sys.path by some script's insert while the tests run against the install): the child must not see it."""
+    import ubatch
+    mine = os.path.realpath(os.path.dirname(ubatch.__file__))
+    there = os.path.join(p, "ubatch")
+    return os.path.isdir(there) and os.path.realpath(there) != mine
+
+
 def child_env(**extra: str) -> dict:
-    """os.environ with PYTHONPATH = this process's sys.path (absolute), plus `extra`."""
-    path = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    """os.environ with PYTHONPATH = this process's sys.path (absolute, without folders that would shadow the
+    imported ubatch), plus `extra`."""
+    path = os.pathsep.join(a for a in (os.path.abspath(p) for p in sys.path if p) if not _other_ubatch(a))
     return dict(os.environ, PYTHONPATH=path, **extra)

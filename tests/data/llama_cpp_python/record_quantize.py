@@ -29,7 +29,9 @@ CASES = {
 def source(name: str) -> str:
     if name == "tiny":
         return os.path.abspath(TINY)
-    sys.path.insert(0, os.path.join(HERE, "..", "..", ".."))
+    import importlib.util
+    if importlib.util.find_spec("ubatch") is None:     # run by hand from a tree without an install; never in
+        sys.path.append(os.path.join(HERE, "..", "..", ".."))   # the tests (their children inherit sys.path)
     from ubatch.model import fetch
     return str(fetch.path(name))
 
