@@ -73,8 +73,9 @@ def _model_path(name: str) -> str:
 
 
 class _Proc:
-    def __init__(self, cmd: List[str], url: Optional[str] = None, env=None) -> None:
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    def __init__(self, cmd: List[str], url: Optional[str] = None, env=None, cwd: Optional[str] = None) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                     cwd=cwd)
         self.url = url
 
     def wait_ready(self, timeout: float = 300.0) -> str:
@@ -234,16 +235,24 @@ def engine_reference(model: str, prompts: List[str], clients: int, requests: int
     return _row(clients, res, wall, cpu, None)
 
 
+def _child_root_env():
+    """The folder holding the imported ubatch package and an environment that puts it first: a child started
+    there (`python -m` puts its cwd first, ahead of PYTHONPATH) runs this ubatch, not a source tree the caller
+    happens to stand in (whose ubatch may have no built extension)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return root, dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def _engine_round(model: str, clients: int, requests: int, max_tokens: int, n_ctx: int, threads: int) -> dict:
     """engine_reference in a process of its own (its own CPU time, the model loaded there only)."""
     code = ("import json, sys; from ubatch.bench import serve_bench as b; "
             "from ubatch.engine.prompts import load_prompts; "
             "print(json.dumps(b.engine_reference(sys.argv[1], [r['prompt'] for r in load_prompts()], "
             "*map(int, sys.argv[2:]))))")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    root, env = _child_root_env()
+    model = os.path.abspath(model) if os.path.exists(model) else model   # the child runs in root
     out = subprocess.run([sys.executable, "-c", code, model, str(clients), str(requests), str(max_tokens),
-                          str(n_ctx), str(threads)], capture_output=True, text=True, env=env, timeout=1800)
+                          str(n_ctx), str(threads)], capture_output=True, text=True, env=env, cwd=root, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "exit status "
                            f"{out.returncode}")
@@ -253,9 +262,8 @@ def _engine_round(model: str, clients: int, requests: int, max_tokens: int, n_ct
 def _ubatch_server(model: str, parallel: int, n_ctx: int, threads: int) -> _Proc:
     cmd = [sys.executable, "-m", "ubatch", "serve", "--model", model, "--port", "0", "--parallel", str(parallel),
            "--n-ctx", str(n_ctx), "--threads", str(threads), "--max-queue", "256"]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return _Proc(cmd, env=env)
+    root, env = _child_root_env()
+    return _Proc([os.path.abspath(c) if c == model and os.path.exists(c) else c for c in cmd], env=env, cwd=root)
 
 
 def _llama_server(path: str, threads: int) -> _Proc:
