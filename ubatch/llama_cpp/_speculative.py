@@ -85,10 +85,11 @@ class DraftState:
         self.pending = None
         return a[:d].astype(int).tolist()
 
-    def observe_eval(self, n_rows: int, seconds: float) -> None:
-        """Llama.eval of n_rows rows took seconds (the cost model of the draft length)."""
+    def observe_eval(self, n_rows: int, seconds: float, prompt_rows: int = 0) -> None:
+        """Llama.eval of n_rows rows took seconds (the cost model of the draft length; an eval of prompt rows is
+        not a decode step and CostModel leaves it out)."""
         nu = int(self.llm.context_params.n_ubatch) or 512
-        self.cost.observe(max(math.ceil(n_rows / nu), 1), n_rows, seconds)
+        self.cost.observe(max(math.ceil(n_rows / nu), 1), n_rows, seconds, prompt_rows=prompt_rows)
 
     def verified(self, n_draft: int, matched: int) -> None:
         """A round that evaluated n_draft draft tokens is over: matched samples equalled the evaluated token

@@ -441,12 +441,14 @@ class Llama:
         sample_idx = self.n_tokens + len(tokens) - 1
         spec = self._draft_state
         n_draft = 0
+        n_prompt = len(tokens)          # the first eval is the prompt's (rows without a sample of their own)
         try:
             while True:
                 t_eval = time.perf_counter()
                 self.eval(tokens)
                 if spec is not None:
-                    spec.observe_eval(len(tokens), time.perf_counter() - t_eval)
+                    spec.observe_eval(len(tokens), time.perf_counter() - t_eval, prompt_rows=n_prompt)
+                n_prompt = 0
                 matched = 0
                 while sample_idx < self.n_tokens:
                     token = self.sample(idx=sample_idx)
