@@ -5,6 +5,7 @@
  * then the float step of rp_iq4nl.c (acc = fma(d_w * d_x, isum, acc)) on 16 lanes. Chosen at run time
  * (matmul.c via ub_rp_panel_for). The Q4_K / Q6_K panel kernels are rp_kq_avx512.c's. */
 #include "rp_kquant.h"
+#include "rp_iq4xs.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #include <immintrin.h>
@@ -75,7 +76,10 @@ static __attribute__((target(RP_TGT))) void rp_panel_iq4nl(int64_t nb, const uin
     }
 }
 
-ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) { return type == UB_T_IQ4_NL ? rp_panel_iq4nl : ub_rp_kq_avx512(type); }
+ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) {
+    if (type == UB_T_IQ4_NL) return rp_panel_iq4nl;
+    return type == UB_T_IQ4_XS ? ub_rp_xs_avx512(type) : ub_rp_kq_avx512(type);
+}
 #else
 ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) {
     (void)type;
