@@ -71,6 +71,13 @@ int ub_attn_visible(const float *mask, const int32_t *pos, int32_t ns, int32_t p
     return rc;
 }
 
+/* 0 when UBATCH_ATTN_TILES=0: the per-cell loops on every back-end (bitwise the same results; for A/B
+ * measurement and the test that the blocked loops match them). Read at every call. */
+static int ub_attn_tiles_enabled(void) {
+    const char *e = getenv("UBATCH_ATTN_TILES");
+    return !(e && e[0] == '0' && e[1] == 0);
+}
+
 typedef struct {
     const float *q;
     const void *k, *v;
@@ -108,6 +115,12 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
     }
     const int64_t kbase = (int64_t)st * J->kv_size;
     const uint8_t *kb = J->k, *vb = J->v;
+    const int64_t kst = (int64_t)J->n_head_kv * J->rs_k, vst = (int64_t)J->n_head_kv * J->rs_v;
+    if (J->k_f16 && J->kern.scores_f16) /* blocked: bitwise the per-cell loop below */
+        J->kern.scores_f16(qr, gq, hdk, kb + (kbase * J->n_head_kv + g) * J->rs_k, kst, cl, nc, sc);
+    else if (!J->k_deq && !J->k_f16 && J->kern.scores_f32)
+        J->kern.scores_f32(qr, gq, hdk, kb + (kbase * J->n_head_kv + g) * J->rs_k, kst, cl, nc, sc);
+    else
     for (int32_t c = 0; c < nc; c++) { /* raw scores sc[h * nc + c]: K row of cell c loaded once for the gq heads */
         const uint8_t *kr = kb + ((kbase + cl[c]) * J->n_head_kv + g) * J->rs_k;
         if (J->k_min) { /* q4_1 / q5_1: d * code . query, plus sum_b m_b * half(query block sum), as llama.cpp */
@@ -130,6 +143,9 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
     float *o = J->out + ((int64_t)i * J->n_head + (int64_t)g * J->gqa + h0) * hdv; /* gq rows of hd_v */
     memset(o, 0, sizeof(float) * (size_t)hdv * (size_t)gq);
     if (nc == 0) return;
+    if (J->kern.probs && J->v_type != UB_T_BF16)
+        J->kern.probs(sc, gq, nc, J->scale, J->softcap, J->v_type == UB_T_F16);
+    else
     for (int32_t h = 0; h < gq; h++) { /* per head: soft-cap, scale, max, exp, double sum, probabilities */
         float *s = sc + (int64_t)h * nc;
         float mx = -INFINITY;
@@ -152,6 +168,14 @@ static void av_unit(av_job *J, int64_t u, float *sc) {
             for (int32_t c = 0; c < nc; c++) ub_kv_round_query(J->v_type, (float[1]){s[c] * inv}, s + c, 1);
         else
             for (int32_t c = 0; c < nc; c++) s[c] = s[c] * inv;
+    }
+    if (J->v_f16 && J->kern.pv_f16) { /* blocked: bitwise the per-cell loop below */
+        J->kern.pv_f16(o, gq, hdv, sc, nc, vb + (kbase * J->n_head_kv + g) * J->rs_v, vst, cl);
+        return;
+    }
+    if (!J->v_deq && !J->v_f16 && J->kern.pv_f32) {
+        J->kern.pv_f32(o, gq, hdv, sc, nc, vb + (kbase * J->n_head_kv + g) * J->rs_v, vst, cl);
+        return;
     }
     for (int32_t c = 0; c < nc; c++) { /* out_h += p_h,c * V row of cell c, cells in list order */
         const uint8_t *vr = vb + ((kbase + cl[c]) * J->n_head_kv + g) * J->rs_v;
@@ -223,6 +247,7 @@ int ub_attention_vis(const float *q, const void *k, int32_t k_type, const void *
     J.scale = scale;
     J.softcap = softcap;
     ub_av_select(&J.kern, ub_mm_backend() != UB_MM_GENERIC, hd_k, hd_v); /* AVX2 kernels on every SIMD back-end */
+    if (ub_attn_tiles_enabled()) ub_av_select_tiles(&J.kern, ub_mm_backend(), hd_k, hd_v);
     int nt = n_threads > UB_POOL_MAX ? UB_POOL_MAX : n_threads;
     int64_t units = (int64_t)n_q * n_head_kv;
     J.hsplit = 1;
