@@ -93,6 +93,7 @@ AT_INL void AT_SFX(scores_v)(const float *q, int32_t gq, int32_t n, const uint8_
     default: break;
     }
 }
+/* The ub_av_kernels entries (shapes there): f32 / f16 K rows; f32 / f16 V rows. */
 static __attribute__((target(AT_TGT))) void AT_SFX(scores_f32)(const float *q, int32_t gq, int32_t n, const uint8_t *kb,
                                                                 int64_t kst, const int32_t *cl, int32_t nc, float *s) {
     AT_SFX(scores_v)(q, gq, n, kb, kst, cl, nc, s, 0);
