@@ -61,10 +61,7 @@ def test_internals_client_prints_what_llama_cpp_python_printed():
     got, ref = p.stdout.splitlines(), REFERENCE.splitlines()
     assert [ln.split()[0] for ln in got] == [ln.split()[0] for ln in ref]
     for g, r in zip(got, ref):
-        if r.startswith("model "):
-            # llama_model_desc's size label is llama.cpp's per-architecture table of layer counts: "?B" in ubatch
-            assert g == r.replace(" 270M ", " ?B "), g
-        elif r.startswith("greedy "):
+        if r.startswith("greedy "):
             assert ast.literal_eval(g[7:])[:GREEDY_FIRM] == ast.literal_eval(r[7:])[:GREEDY_FIRM], g
         else:
             assert g == r

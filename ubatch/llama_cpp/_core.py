@@ -16,6 +16,7 @@ from ubatch.llama_cpp._constants import (LLAMA_MAX_DEVICES, LLAMA_MAX_SEQ, LLAMA
                                          LLAMA_ROPE_TYPE_NORM)
 from ubatch.llama_cpp._context import CContext, create as _create_context
 from ubatch.llama_cpp._handles import REGISTRY, HandleError
+from ubatch.llama_cpp._model_type import size_label
 from ubatch.llama_cpp._structs import (ggml_log_callback, llama_context_params, llama_model_params,
                                        llama_perf_context_data)
 
@@ -231,7 +232,17 @@ def llama_model_desc(model, buf, buf_size):
               30: "IQ4_XS - 4.25 bpw", 31: "IQ1_M - 1.75 bpw", 36: "TQ1_0 - 1.69 bpw ternary",
               37: "TQ2_0 - 2.06 bpw ternary", 38: "MXFP4 MoE"}
     ft = ftypes.get(int(m.raw.get("general.file_type", -1)), "?")
-    return _snprintf(buf, buf_size, f"{m.arch} ?B {ft}")
+    return _snprintf(buf, buf_size, f"{m.arch} {size_label(m.arch, lambda n: _desc_hparam(m, n))} {ft}")
+
+
+def _desc_hparam(m, name: str) -> int:
+    """The hyper-parameters llama.cpp's size label reads (n_vocab and n_expert from the GGUF metadata)."""
+    if name == "n_vocab":
+        v = m.raw.get(f"{m.arch}.vocab_size")
+        return int(v) if v is not None else len(m.raw.get("tokenizer.ggml.tokens", ()))
+    if name == "n_expert":
+        return int(m.raw.get(f"{m.arch}.expert_count", 0) or 0)
+    return m.hparam(name)
 
 
 @cfunc([_vp, _cp, _vp, _sz], _i32)
