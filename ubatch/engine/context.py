@@ -188,6 +188,7 @@ class Context:
         self._lock = self._kv.lock       # one lock for the decode loop, its outputs and the memory
         self._runner = None
         self._runner_swa = False          # the runner keeps the sliding layers' K/V in their own cache
+        self._runner_undo = False
         self._n_vocab: Optional[int] = None
         self._n_pos = 1
         if model is not None:
@@ -199,6 +200,8 @@ class Context:
             self._runner = ModelRunner(model, n_stream=n_stream, kv_size=n_ctx_seq, type_k=type_k, type_v=type_v,
                                        n_threads=n_threads, embeddings=self.embeddings, pooling=pooling, **extra)
             self._runner_swa = bool(extra) and _accepts(self._runner.update, "swa_copies")
+            # the runner journals what an update overwrites (else the Context snapshots its whole K/V data)
+            self._runner_undo = _accepts(self._runner.update, "undo")
             self._n_vocab = int(self._runner.n_vocab)
             self._n_pos = int(getattr(model, "n_pos_per_embd", 1))
         self._allocs: Dict[int, BatchAllocator] = {}
@@ -328,19 +331,22 @@ class Context:
 
         # One transaction from here on: a failure (K-shift, stream copies, any ubatch's compute) rolls the memory
         # back through its journal (the pending update included), and the runner's K/V data through the rows it
-        # saved (and a snapshot taken only when an update is applied to it).
+        # saved (and the records of the rows a pending update overwrites).
         runner = self._runner
         update = mem.begin(plan)
         results = []
         undo = []
+        undo_update: list = []   # the rows the stream copies / K-shift overwrite (no whole-K/V snapshot)
         kv_snap = None
         try:
             if runner is not None and not update.empty:
-                kv_snap = runner.snapshot_kv()
-                if self._runner_swa:
-                    runner.update(update.copies, update.shift, update.swa_copies, update.swa_shift)
+                args = (update.copies, update.shift) + \
+                    ((update.swa_copies, update.swa_shift) if self._runner_swa else ())
+                if self._runner_undo:
+                    runner.update(*args, undo=undo_update)
                 else:
-                    runner.update(update.copies, update.shift)
+                    kv_snap = runner.snapshot_kv()
+                    runner.update(*args)
             for i, ub in enumerate(ubs):
                 mem.apply(plan, i)
                 if runner is not None:
@@ -352,6 +358,8 @@ class Context:
             mem.rollback(plan)
             for saved in reversed(undo):
                 runner.restore_cells(saved)
+            if undo_update:
+                runner.undo_update(undo_update)
             if kv_snap is not None:
                 runner.restore_kv(kv_snap)
             raise

@@ -78,15 +78,53 @@ class KVStore:
             raise ValueError(f"shift must be an integer array, got {delta.dtype}")
         return delta.astype(np.int32, copy=False)
 
-    def copy_streams(self, pairs: Sequence[Tuple[int, int]]) -> None:
-        for src, dst in pairs:
-            for a in self._arrays():
-                a[dst] = a[src]
+    def _data(self) -> List[np.ndarray]:
+        """The K and V buffers (every layer), without pos."""
+        return [self.k[l] for l in self.layers] + [self.v[l] for l in self.layers]
 
-    def shift(self, delta: Optional[np.ndarray], rope: Callable[[int], Tuple[int, int, float, float]]) -> None:
-        """Re-rotate cached K by delta (per cell, 0 = untouched); rope(il) -> (n_rot, mode, base, scale[, ext]) or None (not shifted)."""
+    def _live(self, s: int) -> np.ndarray:
+        """bool[kv_size]: the cells of stream s whose row holds a non-zero byte in any K/V buffer or whose pos
+        is not -1 (every other cell is all zero bytes with pos -1 in every buffer). One read of the stream."""
+        live = self.pos[s] != -1
+        for a in self._data():
+            row = a[s].reshape(self.kv_size, -1)
+            w = next(t for t in (np.uint64, np.uint32, np.uint16, np.uint8)
+                     if row.shape[1] * row.itemsize % np.dtype(t).itemsize == 0)
+            live |= row.view(w).any(axis=1)
+        return live
+
+    def copy_streams(self, pairs: Sequence[Tuple[int, int]], undo: Optional[list] = None) -> None:
+        """Stream dst becomes a bitwise copy of stream src, pair after pair (every buffer and pos). Only the
+        cells live in src or dst (_live) are moved: the others are all zero bytes with pos -1 on both sides
+        already, so the result is the whole-stream copy's. With undo (a list), a record that undo_op reverses
+        is appended before each pair is applied: the old rows of dst's live cells only (nothing for an empty
+        stream, the usual case of a fresh fork), not a snapshot of the stream."""
+        live: Dict[int, np.ndarray] = {}
+        for src, dst in pairs:
+            if src == dst:
+                continue
+            for s in (src, dst):
+                if s not in live:
+                    live[s] = self._live(s)
+            sel = np.flatnonzero(live[src] | live[dst])
+            if undo is not None:
+                keep = np.flatnonzero(live[dst])
+                undo.append(("copy", dst, sel, keep, [a[dst, keep] for a in self._data()], self.pos[dst].copy()))
+            for a in self._data():
+                a[dst, sel] = a[src, sel]
+            self.pos[dst] = self.pos[src]
+            live[dst] = live[src].copy()
+
+    def shift(self, delta: Optional[np.ndarray], rope: Callable[[int], Tuple[int, int, float, float]],
+              undo: Optional[list] = None) -> None:
+        """Re-rotate cached K by delta (per cell, 0 = untouched); rope(il) -> (n_rot, mode, base, scale[, ext]) or None (not shifted).
+        With undo (a list), a record of the shifted cells' K rows and of pos is appended first (undo_op)."""
         if delta is None or not delta.any():
             return
+        if undo is not None:
+            sel = np.flatnonzero(delta.ravel())
+            undo.append(("shift", sel, [self.k[l].reshape(self.n_stream * self.kv_size, -1)[sel]
+                                        for l in self.layers], self.pos.copy()))
         for l in self.layers:
             r = rope(l)
             if r is None:      # a layer without RoPE (granite without rope.scaling.finetuned)
@@ -106,6 +144,20 @@ class KVStore:
             kv_quant.store_rows(self.type_k, rows.reshape(sel.size, -1), flat, sel)
         written = self.pos >= 0
         self.pos[written] += delta[written]
+
+    def undo_op(self, rec: tuple) -> None:
+        """Reverses one record appended by copy_streams / shift (records are undone last first)."""
+        if rec[0] == "copy":
+            _, dst, sel, keep, rows, pos = rec
+            for a, old in zip(self._data(), rows):
+                a[dst, sel] = 0
+                a[dst, keep] = old
+            self.pos[dst] = pos
+        else:
+            _, sel, rows, pos = rec
+            for l, old in zip(self.layers, rows):
+                self.k[l].reshape(self.n_stream * self.kv_size, -1)[sel] = old
+            np.copyto(self.pos, pos)
 
     def snapshot(self) -> List[np.ndarray]:
         return [a.copy() for a in self._arrays()]

@@ -5,8 +5,8 @@ K/V data (ubatch.engine.kv_store.KVStore: one per KV cache). What the Context ca
 `update(copies, shift[, swa_copies, swa_shift])` when a stream copy / K-shift is pending, then per ubatch
 `saved = save_cells(place)` and `compute(ub, place, saved)` (place: ubatch.memory.placement.Placement, which
 carries each row's visible cells as the memory wrote them in C); on a failure
-`restore_cells` in reverse and, if an update was pending, `restore_kv(snapshot_kv())` — so a failed decode
-leaves the K/V data as it was.
+`restore_cells` in reverse and, if an update was pending, `undo_update(undo)` (the records `update(...,
+undo=undo)` kept of the rows it overwrote) — so a failed decode leaves the K/V data as it was.
 
 Sliding-window models (gemma3): with `kv_size_swa` the SWA layers keep their K/V in a second store and
 `place.swa` (the sliding cache's Placement of the same ubatch) says where; without it (or when place.swa is
@@ -226,9 +226,12 @@ class ModelRunner:
     # ---- KV data operations -------------------------------------------------------------------------
     def update(self, copies: Sequence[Tuple[int, int]], shift: Optional[np.ndarray],
                swa_copies: Optional[Sequence[Tuple[int, int]]] = None,
-               swa_shift: Optional[np.ndarray] = None) -> None:
+               swa_shift: Optional[np.ndarray] = None, undo: Optional[list] = None) -> None:
         """Copy whole streams (src, dst) in order, then re-rotate cached K by `shift` (int32[n_stream, size],
-        per-cell RoPE delta, 0 = untouched), each layer with its own RoPE base; swa_* for the SWA store."""
+        per-cell RoPE delta, 0 = untouched), each layer with its own RoPE base; swa_* for the SWA store.
+        undo: a list that receives, before each change, what undo_update needs to reverse it (only the rows
+        the change overwrites: no snapshot of the whole K/V data), so a failure anywhere after (or inside)
+        the update can be undone."""
         jobs = [(self.stores[0], copies, shift)]
         if len(self.stores) > 1:
             jobs.append((self.stores[1], swa_copies or (), swa_shift))
@@ -237,8 +240,17 @@ class ModelRunner:
                              "(create it with kv_size_swa)")
         checked = [(st, st.check_copies(c), st.check_shift(s)) for st, c, s in jobs]   # validate all first
         for st, pairs, delta in checked:
-            st.copy_streams(pairs)
-            st.shift(delta, self._rope)
+            recs: Optional[list] = None if undo is None else []
+            if undo is not None:
+                undo.append((st, recs))
+            st.copy_streams(pairs, recs)
+            st.shift(delta, self._rope, recs)
+
+    def undo_update(self, undo: list) -> None:
+        """Reverses an update (or the part of it that ran) from the records it appended to `undo`."""
+        for st, recs in reversed(undo):
+            for rec in reversed(recs):
+                st.undo_op(rec)
 
     def snapshot_kv(self) -> object:
         """(k copies per layer, v copies per layer, cell positions per store)."""
