@@ -5,6 +5,8 @@ GELU of ggml written with numpy (a table lookup per element: no reduction, so ba
 No BLAS anywhere: results are batch-invariant bitwise."""
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Optional
 
 import numpy as np
@@ -14,9 +16,40 @@ from ubatch.compute import ops as _cops
 from ubatch.model.weights import Weight
 
 
-def matmul(x: np.ndarray, w: Weight, n_threads: Optional[int] = None) -> np.ndarray:
-    """float32[n, n_cols] -> float32[n, n_rows] = x @ W.T."""
-    return _mm.matmul(np.ascontiguousarray(x, dtype=np.float32), w.qweight(), n_threads=n_threads)
+def matmul(x: np.ndarray, w: Weight, n_threads: Optional[int] = None, *, reuse: bool = False) -> np.ndarray:
+    """float32[n, n_cols] -> float32[n, n_rows] = x @ W.T. reuse=True (the lm head, x 2-D): the result is written
+    into one of w's two spare buffers when no one holds it any more (see _spare_out; up to _SPARE_MAX floats),
+    not a fresh array."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = _spare_out(w, x.shape[0]) if reuse and x.ndim == 2 and x.shape[0] * w.n_rows <= _SPARE_MAX else None
+    return _mm.matmul(x, w.qweight(), n_threads=n_threads, out=out)
+
+
+_SPARE_LOCK = threading.Lock()
+_SPARE_MAX = 1 << 24  # floats (64 MB): a bigger result (a prefill's every-row logits) is a fresh array, never kept
+
+
+def _spare_out(w: Weight, n: int) -> np.ndarray:
+    """float32[n, w.n_rows]: rows [0, n) of a spare output buffer of w that nothing outside references (its
+    refcount is the spare list's alone: a caller, a context or a view of it holding the array keeps it from
+    reuse), else of a new one that replaces the list's oldest. Why: a batch's logits (32 rows x a 262144-token
+    vocabulary = 33 MB) are above glibc's mmap threshold, so a fresh array per decode step had its pages
+    faulted in and zeroed by the kernel every step (~5-10 % of a B = 32 Gemma 3 step). Two spares: the context
+    keeps the last step's logits while the next step computes."""
+    with _SPARE_LOCK:
+        spares = getattr(w, "_spare_outs", None)
+        if spares is None:
+            spares = w._spare_outs = []
+        for i in range(len(spares)):  # (not enumerate: its reused result tuple would hold one more reference)
+            buf = spares[i]  # references: the list, buf, getrefcount's argument
+            if buf.shape[0] >= n and sys.getrefcount(buf) <= 3:
+                spares.append(spares.pop(i))  # most recently used last
+                return buf[:n]
+        buf = np.empty((max(n, 1), w.n_rows), np.float32)
+        spares.append(buf)
+        if len(spares) > 2:
+            spares.pop(0)
+        return buf[:n]
 
 
 def get_rows(w: Weight, ids: np.ndarray) -> np.ndarray:

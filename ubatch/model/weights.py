@@ -16,7 +16,7 @@ F32, F16, BF16 = 0, 1, 30
 class Weight:
     """A [n_rows, n_cols] matrix in its GGUF block layout: `data` = uint8[n_rows, row_bytes] (a view)."""
 
-    __slots__ = ("name", "ggml_type", "n_rows", "n_cols", "data", "_qw")
+    __slots__ = ("name", "ggml_type", "n_rows", "n_cols", "data", "_qw", "_spare_outs")  # _spare_outs: model/ops.py
 
     def __init__(self, info: TensorInfo) -> None:
         self.name = info.name

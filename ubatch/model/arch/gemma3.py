@@ -145,7 +145,7 @@ def forward_reference(model, step, x: np.ndarray, keep: np.ndarray) -> np.ndarra
 
 
 def logits(model, xn: np.ndarray, n_threads: Optional[int]) -> np.ndarray:
-    y = ops.matmul(xn, model.weights.output, n_threads)
+    y = ops.matmul(xn, model.weights.output, n_threads, reuse=True)
     c = model.hparams.final_logit_softcap
     if c:
         y = (np.float32(c) * np.tanh(y / np.float32(c))).astype(np.float32)

@@ -242,7 +242,7 @@ def embed(model, tokens: np.ndarray) -> np.ndarray:
 def logits(model, xn: np.ndarray, n_threads: Optional[int]) -> np.ndarray:
     """lm head (+ output.bias; / logit_scale: granite, minicpm)."""
     W = model.weights
-    y = ops.matmul(xn, W.output, n_threads)
+    y = ops.matmul(xn, W.output, n_threads, reuse=True)
     if W.output_bias is not None:
         y += W.output_bias
     if model.hparams.logit_scale:
