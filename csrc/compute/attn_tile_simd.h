@@ -108,14 +108,14 @@ static __attribute__((target(AT_TGT))) void AT_SFX(scores_f16)(const float *q, i
  * `a > b ? a : b`, the scalar rule; only which of +0 / -0 wins a tie may differ, and x - (+0) == x - (-0)
  * except for x = +-0, where expf gives 1 either way); e = expf(x - mx) (libm, one call per cell); a double sum in
  * cell order; p = e * (float)(1 / sum), rounded to f16 (F16C, round to nearest even: ub_f2h's rule) when f16
- * is set. Four heads' exp loops run interleaved (independent chains). */
+ * is set. Passes per block of 4 heads: max, exp, the 4 heads' sums side by side, normalise. */
 static __attribute__((target(AT_TGT))) void AT_SFX(probs)(float *s, int32_t gq, int32_t nc, float scale,
                                                            float softcap, int32_t f16) {
     for (int32_t h0 = 0; h0 < gq; h0 += 4) {
         const int nh = gq - h0 < 4 ? (int)(gq - h0) : 4;
         float mx[4];
         double sum[4];
-        float *r[4];
+        float *r[4] = {s, s, s, s};
         for (int j = 0; j < nh; j++) {
             float *x = s + (int64_t)(h0 + j) * nc;
             float m = -INFINITY;
@@ -146,28 +146,25 @@ static __attribute__((target(AT_TGT))) void AT_SFX(probs)(float *s, int32_t gq, 
                 }
             }
             mx[j] = m;
-            sum[j] = 0.0;
         }
-        if (nh == 4) {
+        for (int j = 0; j < nh; j++) { /* a loop of libm calls with nothing live in vector registers */
+            float *x = r[j];
+            const float m = mx[j];
+            for (int32_t c = 0; c < nc; c++) x[c] = expf(x[c] - m);
+        }
+        { /* the double sums in cell order: four independent chains (a missing head repeats head 0, unused) */
+            const float *e0 = r[0], *e1 = r[nh > 1 ? 1 : 0], *e2 = r[nh > 2 ? 2 : 0], *e3 = r[nh > 3 ? 3 : 0];
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
             for (int32_t c = 0; c < nc; c++) {
-                const float e0 = expf(r[0][c] - mx[0]), e1 = expf(r[1][c] - mx[1]);
-                const float e2 = expf(r[2][c] - mx[2]), e3 = expf(r[3][c] - mx[3]);
-                r[0][c] = e0;
-                r[1][c] = e1;
-                r[2][c] = e2;
-                r[3][c] = e3;
-                sum[0] += (double)e0;
-                sum[1] += (double)e1;
-                sum[2] += (double)e2;
-                sum[3] += (double)e3;
+                s0 += (double)e0[c];
+                s1 += (double)e1[c];
+                s2 += (double)e2[c];
+                s3 += (double)e3[c];
             }
-        } else {
-            for (int j = 0; j < nh; j++)
-                for (int32_t c = 0; c < nc; c++) {
-                    const float e = expf(r[j][c] - mx[j]);
-                    r[j][c] = e;
-                    sum[j] += (double)e;
-                }
+            sum[0] = s0;
+            sum[1] = s1;
+            sum[2] = s2;
+            sum[3] = s3;
         }
         for (int j = 0; j < nh; j++) {
             float *x = r[j];
