@@ -13,9 +13,10 @@
 #include "rp_internal.h"
 #include "rp_kquant.h"
 #include "rp_iq4xs.h"
+#include "rp_q5_0.h"
 
 /* The layouts, one per repacked type. */
-static const ub_rp_layout *const g_layouts[] = {&ub_rp_iq4nl, &ub_rp_q4k, &ub_rp_q6k, &ub_rp_iq4xs};
+static const ub_rp_layout *const g_layouts[] = {&ub_rp_iq4nl, &ub_rp_q4k, &ub_rp_q6k, &ub_rp_iq4xs, &ub_rp_q5_0};
 
 static const ub_rp_layout *layout_of(int32_t type) {
     for (size_t i = 0; i < sizeof g_layouts / sizeof g_layouts[0]; i++)

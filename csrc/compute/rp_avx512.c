@@ -6,6 +6,7 @@
  * (matmul.c via ub_rp_panel_for). The Q4_K / Q6_K panel kernels are rp_kq_avx512.c's. */
 #include "rp_kquant.h"
 #include "rp_iq4xs.h"
+#include "rp_q5_0.h"
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(UB_NO_AVX2)
 #include <immintrin.h>
@@ -77,6 +78,7 @@ static __attribute__((target(RP_TGT))) void rp_panel_iq4nl(int64_t nb, const uin
 }
 
 ub_rp_panel_fn ub_rp_panel_avx512(int32_t type) {
+    if (type == UB_T_Q5_0) return ub_rp_q5_avx512(type);
     if (type == UB_T_IQ4_NL) return rp_panel_iq4nl;
     return type == UB_T_IQ4_XS ? ub_rp_xs_avx512(type) : ub_rp_kq_avx512(type);
 }

@@ -31,7 +31,7 @@ def _x(n, k, rng):
 
 def test_layouts_listed():
     assert mm.repack_rows(int(T.IQ4_NL)) == 16
-    for t in (T.F32, T.Q8_0, T.Q5_K):  # no layout (yet): never repacked (Q4_K, Q6_K, IQ4_XS: own test files)
+    for t in (T.F32, T.Q8_0, T.Q5_K):  # no layout (yet): never repacked (Q4_K, Q6_K, IQ4_XS, Q5_0: own test files)
         assert mm.repack_rows(int(t)) == 0
         w = mm.QWeight(int(t), 32, 256, random_weight(t, 32, 256, np.random.default_rng(1)), repack=True)
         assert not w.repacked
@@ -118,10 +118,10 @@ def test_every_backend_gives_the_same_bits(t):
         mm.set_backend("auto")
 
 
-@pytest.mark.parametrize("t", [t for t in (T.IQ4_NL, T.Q4_K, T.Q6_K, T.IQ4_XS) if mm.repack_rows(int(t))],
+@pytest.mark.parametrize("t", [t for t in (T.IQ4_NL, T.Q4_K, T.Q6_K, T.IQ4_XS, T.Q5_0) if mm.repack_rows(int(t))],
                          ids=lambda t: t.name)
 def test_non_finite_activations_give_nan_rows_only(t, backend):
-    """Every panel layout (IQ4_NL's, the k-quants', IQ4_XS's): a NaN / inf activation row poisons its own output row only."""
+    """Every panel layout (IQ4_NL's, the k-quants', IQ4_XS's, Q5_0's): a NaN / inf activation row poisons its own output row only."""
     rng = np.random.default_rng(int(t) + 44)
     w = mm.QWeight(int(t), 16, 512, random_weight(t, 16, 512, rng), repack=True)
     x = _x(8, 512, rng)

@@ -11,7 +11,7 @@ the float types), then integer dot products per block. y[i] depends only on x[i]
 from the CPU; UBATCH_KERNELS=<name> forces one, ``set_backend`` switches it (tests, benchmarks),
 ``backends()`` lists what this CPU has (ubatch.compute.backends).
 
-Repacking: a QWeight of a type with a panel layout (IQ4_NL, IQ4_XS, Q4_K, Q6_K: ``repack_rows(t)`` > 0) is converted
+Repacking: a QWeight of a type with a panel layout (IQ4_NL, IQ4_XS, Q4_K, Q6_K, Q5_0: ``repack_rows(t)`` > 0) is converted
 once, at construction, into C-owned interleaved panels (csrc/compute/repack.c; docs/kernels.md "Repacked panels"),
 which the kernels then read instead of the GGUF bytes; when ``data`` is a read-only file map its pages are
 released after the conversion (the resident memory stays about the file's). ``UBATCH_REPACK=0``,
