@@ -334,5 +334,5 @@ static const ub_mm_type g_iq_types[] = {
 const ub_mm_type *ub_mm_find_iq(int32_t type) {
     for (size_t i = 0; i < sizeof g_iq_types / sizeof g_iq_types[0]; i++)
         if (g_iq_types[i].type == type) return &g_iq_types[i];
-    return NULL;
+    return ub_mm_find_fp4_bits(type);
 }

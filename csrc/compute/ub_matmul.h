@@ -1,6 +1,6 @@
 /* Matrix multiplication of f32 activations by GGUF weights kept in their block layout (F32, F16, BF16,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS,
- * IQ2_XXS, IQ1_S, IQ1_M, TQ1_0, TQ2_0, MXFP4), the embedding lookup (get_rows) and the
+ * IQ2_XXS, IQ1_S, IQ1_M, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0), the embedding lookup (get_rows) and the
  * batch-invariant row-wise ops of the forward pass (rms_norm, silu*mul, gelu*mul, attention over visible
  * cells in position order). Shapes and ownership are documented at each function. */
 #ifndef UB_MATMUL_H
@@ -14,7 +14,8 @@ enum {
     UB_T_F32 = 0, UB_T_F16 = 1, UB_T_Q4_0 = 2, UB_T_Q4_1 = 3, UB_T_Q5_0 = 6, UB_T_Q5_1 = 7, UB_T_Q8_0 = 8,
     UB_T_Q2_K = 10, UB_T_Q3_K = 11, UB_T_Q4_K = 12, UB_T_Q5_K = 13, UB_T_Q6_K = 14, UB_T_BF16 = 30,
     UB_T_IQ2_XXS = 16, UB_T_IQ2_XS = 17, UB_T_IQ3_XXS = 18, UB_T_IQ1_S = 19, UB_T_IQ4_NL = 20, UB_T_IQ3_S = 21,
-    UB_T_IQ2_S = 22, UB_T_IQ4_XS = 23, UB_T_IQ1_M = 29, UB_T_TQ1_0 = 34, UB_T_TQ2_0 = 35, UB_T_MXFP4 = 39
+    UB_T_IQ2_S = 22, UB_T_IQ4_XS = 23, UB_T_IQ1_M = 29, UB_T_TQ1_0 = 34, UB_T_TQ2_0 = 35, UB_T_MXFP4 = 39,
+    UB_T_NVFP4 = 40, UB_T_Q1_0 = 41, UB_T_Q2_0 = 42
 };
 /* Kernel back-ends (ub_mm_backend): plain C; AVX2+FMA+F16C; AVX2 + AVX-VNNI (256-bit vpdpbusd, VEX);
  * AVX-512 F/BW/VL + AVX512_VNNI. */

@@ -92,11 +92,11 @@ def test_activation_kind_is_ggmls(t):
 
 def test_unsupported_types_are_named():
     from ubatch.model.gguf_file import GGML_TYPES, type_name
-    for v, name in ((15, "Q8_K"), (40, "NVFP4"), (24, "I8"), (28, "F64")):
+    for v, name in ((15, "Q8_K"), (9, "Q8_1"), (24, "I8"), (28, "F64")):
         assert v not in GGML_TYPES and type_name(v) == name
         with pytest.raises(ValueError, match=rf"unsupported ggml type {v} \({name}\)"):
             mm.QWeight(v, 1, 256, np.zeros(1024, np.uint8))
-    assert type_name(42) == "Q2_0" and type_name(77) == "type 77"
+    assert type_name(42) == "Q2_0" and type_name(77) == "type 77" and 42 in GGML_TYPES
     for t in NEW:
         assert GGML_TYPES[int(t)][0] == t.name and mm.TYPE_NAMES[int(t)] == t.name
 
@@ -104,14 +104,14 @@ def test_unsupported_types_are_named():
 def test_unsupported_type_in_a_gguf_file_is_named(tmp_path):
     import gguf
     from ubatch.model.gguf_file import GGUFError, GGUFFile
-    path = tmp_path / "nvfp4.gguf"
+    path = tmp_path / "q8_k.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 36), np.uint8), raw_shape=(4, 36), raw_dtype=T.NVFP4)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 292), np.uint8), raw_shape=(4, 292), raw_dtype=T.Q8_K)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(GGUFError, match=r"'blk.0.attn_q.weight' has unsupported type NVFP4"):
+    with pytest.raises(GGUFError, match=r"'blk.0.attn_q.weight' has unsupported type Q8_K"):
         GGUFFile(str(path))
 
 

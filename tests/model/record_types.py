@@ -1,5 +1,6 @@
 """Records llama.cpp's logits on the tiny random-weight models of tests/model/tiny_types.py (one llama model per weight
-type: the i-quants, TQ1_0 / TQ2_0, MXFP4) with llama-cpp-python 0.3.36 (python tests/model/record_types.py; tests never
+type: the i-quants, TQ1_0 / TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0) with llama-cpp-python 0.3.36 (python
+tests/model/record_types.py [TYPE ...]: those types only, default all; tests never
 import this file). The scenario is the tiny-arch recordings' (tests/arch_scenario.py: four sequences prefilled in
 one call with every row's logits, then 3 rounds of one token per sequence), under its configurations (n_ubatch
 512 / 3 / 1, 2 / 1 threads, per-seq / unified KV) and three more (n_ubatch 2, 5, 16); f32 K/V, no flash
@@ -31,7 +32,7 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     L.llama_backend_init()
     with tempfile.TemporaryDirectory() as td:
-        for name in tiny_types.TYPES:
+        for name in (sys.argv[1:] or tiny_types.TYPES):
             path = tiny_types.write(name, os.path.join(td, name + ".gguf"))
             runs = {c["tag"]: run(path, c) for c in CONFIGS}
             arrs, spread = S.summarise(runs)

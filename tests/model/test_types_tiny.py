@@ -70,7 +70,7 @@ def test_agrees_with_llama_cpp(files, name):
     assert clear.mean() >= 0.7, f"only {clear.sum()} of {clear.size} rows are clear: the test would not bite"
 
 
-@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "IQ3_S", "IQ2_XXS", "IQ1_M", "TQ1_0", "MXFP4"])
+@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "IQ3_S", "IQ2_XXS", "IQ1_M", "TQ1_0", "MXFP4", "NVFP4", "Q1_0", "Q2_0"])
 def test_batch_invariance_bitwise(files, name):
     m = Model.from_gguf(files[name])
     target = others_for(m.n_vocab, [17], seed=5)[0]

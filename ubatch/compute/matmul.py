@@ -5,7 +5,7 @@
     rows = get_rows(w, ids)                        # ids int32[m] -> float32[m, n_cols] (dequantised rows)
 
 Activations are quantised per row as ggml-cpu does for the weight type (Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/
-MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants, IQ4_XS, IQ3_*, IQ2_*, IQ1_* and TQ*_0, f16/bf16/f32 for
+MXFP4/NVFP4/Q1_0/Q2_0, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants, IQ4_XS, IQ3_*, IQ2_*, IQ1_* and TQ*_0, f16/bf16/f32 for
 the float types), then integer dot products per block. y[i] depends only on x[i] and w, bitwise: whatever the number of rows, the thread count or the call
 (csrc/compute/matmul.c says how). The back-end (avx512, avxvnni, avx2 or plain C) is chosen at run time
 from the CPU; UBATCH_KERNELS=<name> forces one, ``set_backend`` switches it (tests, benchmarks),
@@ -32,12 +32,13 @@ from ubatch.compute.kernels import default_threads
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
 IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M = 16, 17, 18, 19, 20, 21, 22, 23, 29
-TQ1_0, TQ2_0, MXFP4 = 34, 35, 39
+TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0 = 34, 35, 39, 40, 41, 42
 TYPE_NAMES = {F32: "F32", F16: "F16", BF16: "BF16", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1",
               Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K",
               IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS", IQ3_S: "IQ3_S", IQ3_XXS: "IQ3_XXS", IQ2_S: "IQ2_S",
               IQ2_XS: "IQ2_XS", IQ2_XXS: "IQ2_XXS", IQ1_S: "IQ1_S", IQ1_M: "IQ1_M", TQ1_0: "TQ1_0",
-              TQ2_0: "TQ2_0", MXFP4: "MXFP4"}
+              TQ2_0: "TQ2_0", MXFP4: "MXFP4", NVFP4: "NVFP4",
+              Q1_0: "Q1_0", Q2_0: "Q2_0"}
 _NATIVE_DTYPES = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
 
 

@@ -27,11 +27,11 @@ GGML_TYPES: Dict[int, Tuple[str, int, int]] = {
     16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
     20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
     29: ("IQ1_M", 256, 56), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
 }
 SUPPORTED_TYPES = tuple(t[0] for t in GGML_TYPES.values())   # the weight types ubatch reads, by name
 # types llama.cpp 0c1e570 knows that ubatch does not read (named in its errors)
-_OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
-                     40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
+_OTHER_TYPE_NAMES = {9: "Q8_1", 15: "Q8_K", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64"}
 
 # GGUF metadata value types
 _SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
