@@ -4,7 +4,6 @@
  * same float operations for the glue (bias and residual adds, the Q scale), so the result is bitwise the
  * Python path's. The last layer's row selection (keep) is done before the attention-output matmul: each
  * matmul row depends on its own input row only, so the kept rows are unchanged by it. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,50 +14,26 @@
 #include "ub_layer.h"
 #include "ub_kv_quant.h"
 #include "ub_moe.h"
+#include "lw_util.h"
 #include "ub_pool.h"
 
 #include <stdatomic.h>
-
-/* err: char[err_len] or NULL; receives the formatted message. Returns UB_E_ARG. */
-static int fail(char *err, int32_t err_len, const char *fmt, ...) {
-    if (err && err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)err_len, fmt, ap);
-        va_end(ap);
-    }
-    return UB_E_ARG;
-}
-
-/* w: one weight of the layer (read only). 1 when it has data and maps n_cols -> n_rows as expected. */
-static int weight_ok(const ub_lw *w, int64_t n_cols, int64_t n_rows) {
-    return w->data && w->n_cols == n_cols && w->n_rows == n_rows;
-}
 
 /* y: float[n][w->n_rows] = x: float[n][w->n_cols] @ W.T (ub_matmul). */
 static int mm(const ub_lw *w, const float *x, int64_t n, float *y, int32_t nt, const char *name, char *err,
               int32_t err_len) {
     const int rc = ub_matmul(x, n, w->n_cols, w->data, w->nbytes, w->type, w->n_rows, y, nt);
     if (rc == UB_E_NOMEM) return rc;
-    if (rc != UB_OK) return fail(err, err_len, "matmul by %s failed (status %d)", name, rc);
+    if (rc != UB_OK) return ub_lw_fail(err, err_len, "matmul by %s failed (status %d)", name, rc);
     return UB_OK;
 }
 
 /* y[p]: float[n][ws[p]->n_rows] = x @ W_p.T for the n_w weights of one input (ub_matmul_multi). */
 static int mm_n(const ub_lw *const *ws, int32_t n_w, const float *x, int64_t n, float *const *y, int32_t nt,
                 const char *name, char *err, int32_t err_len) {
-    const uint8_t *w[UB_MM_MAXW];
-    int64_t bytes[UB_MM_MAXW], rows[UB_MM_MAXW];
-    int32_t types[UB_MM_MAXW];
-    for (int32_t p = 0; p < n_w; p++) {
-        w[p] = ws[p]->data;
-        bytes[p] = ws[p]->nbytes;
-        rows[p] = ws[p]->n_rows;
-        types[p] = ws[p]->type;
-    }
-    const int rc = ub_matmul_multi(x, n, ws[0]->n_cols, n_w, w, bytes, types, rows, y, nt);
+    const int rc = ub_lw_matmul_multi(ws, n_w, x, n, y, nt);
     if (rc == UB_E_NOMEM) return rc;
-    if (rc != UB_OK) return fail(err, err_len, "matmul by %s failed (status %d)", name, rc);
+    if (rc != UB_OK) return ub_lw_fail(err, err_len, "matmul by %s failed (status %d)", name, rc);
     return UB_OK;
 }
 
@@ -122,30 +97,30 @@ static void gated(const float *table, float *g, const float *u, int64_t n, int32
  * and the vectors the layer kind needs are consistent, else UB_E_ARG naming the culprit. */
 static int check_layer(const ub_layer *L, char *err, int32_t err_len) {
     const int64_t E = L->n_embd, hq = (int64_t)L->n_head * L->head_dim, hk = (int64_t)L->n_head_kv * L->head_dim;
-    if (L->kind != UB_LAYER_LLAMA && L->kind != UB_LAYER_GEMMA3) return fail(err, err_len, "unknown layer kind %d", L->kind);
+    if (L->kind != UB_LAYER_LLAMA && L->kind != UB_LAYER_GEMMA3) return ub_lw_fail(err, err_len, "unknown layer kind %d", L->kind);
     if (E <= 0 || L->n_head <= 0 || L->n_head_kv <= 0 || L->head_dim <= 0 || (!L->moe && L->n_ff <= 0) ||
         L->n_head % L->n_head_kv)
-        return fail(err, err_len, "bad layer sizes (n_embd %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d)",
+        return ub_lw_fail(err, err_len, "bad layer sizes (n_embd %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d)",
                     L->n_embd, L->n_head, L->n_head_kv, L->head_dim, L->n_ff);
-    if (!weight_ok(&L->wq, E, hq)) return fail(err, err_len, "wq must map n_embd -> n_head*head_dim");
-    if (!weight_ok(&L->wk, E, hk)) return fail(err, err_len, "wk must map n_embd -> n_head_kv*head_dim");
-    if (!weight_ok(&L->wv, E, hk)) return fail(err, err_len, "wv must map n_embd -> n_head_kv*head_dim");
-    if (!weight_ok(&L->wo, hq, E)) return fail(err, err_len, "wo must map n_head*head_dim -> n_embd");
+    if (!ub_lw_shape_ok(&L->wq, E, hq)) return ub_lw_fail(err, err_len, "wq must map n_embd -> n_head*head_dim");
+    if (!ub_lw_shape_ok(&L->wk, E, hk)) return ub_lw_fail(err, err_len, "wk must map n_embd -> n_head_kv*head_dim");
+    if (!ub_lw_shape_ok(&L->wv, E, hk)) return ub_lw_fail(err, err_len, "wv must map n_embd -> n_head_kv*head_dim");
+    if (!ub_lw_shape_ok(&L->wo, hq, E)) return ub_lw_fail(err, err_len, "wo must map n_head*head_dim -> n_embd");
     if (L->moe) {
-        if (L->moe->n_embd != E) return fail(err, err_len, "moe: n_embd %d != the layer's %d", L->moe->n_embd, L->n_embd);
+        if (L->moe->n_embd != E) return ub_lw_fail(err, err_len, "moe: n_embd %d != the layer's %d", L->moe->n_embd, L->n_embd);
     } else {
-        if (!weight_ok(&L->w_gate, E, L->n_ff)) return fail(err, err_len, "w_gate must map n_embd -> n_ff");
-        if (!weight_ok(&L->w_up, E, L->n_ff)) return fail(err, err_len, "w_up must map n_embd -> n_ff");
-        if (!weight_ok(&L->w_down, L->n_ff, E)) return fail(err, err_len, "w_down must map n_ff -> n_embd");
+        if (!ub_lw_shape_ok(&L->w_gate, E, L->n_ff)) return ub_lw_fail(err, err_len, "w_gate must map n_embd -> n_ff");
+        if (!ub_lw_shape_ok(&L->w_up, E, L->n_ff)) return ub_lw_fail(err, err_len, "w_up must map n_embd -> n_ff");
+        if (!ub_lw_shape_ok(&L->w_down, L->n_ff, E)) return ub_lw_fail(err, err_len, "w_down must map n_ff -> n_embd");
     }
-    if (!(L->attn_softcap >= 0.0f)) return fail(err, err_len, "attn_softcap must be >= 0");
-    if (!L->q_norm != !L->k_norm) return fail(err, err_len, "q_norm and k_norm go together");
-    if (L->qk_norm_full != 0 && L->qk_norm_full != 1) return fail(err, err_len, "qk_norm_full must be 0 or 1");
+    if (!(L->attn_softcap >= 0.0f)) return ub_lw_fail(err, err_len, "attn_softcap must be >= 0");
+    if (!L->q_norm != !L->k_norm) return ub_lw_fail(err, err_len, "q_norm and k_norm go together");
+    if (L->qk_norm_full != 0 && L->qk_norm_full != 1) return ub_lw_fail(err, err_len, "qk_norm_full must be 0 or 1");
     if (L->kind == UB_LAYER_GEMMA3 && (!L->attn_norm || !L->ffn_norm || !L->post_attn_norm || !L->post_ffw_norm ||
                                        !L->gelu_table))
-        return fail(err, err_len, "gemma layer: pre / post norms and gelu_table are required");
+        return ub_lw_fail(err, err_len, "gemma layer: pre / post norms and gelu_table are required");
     if (L->rope_mode != UB_ROPE_NORM && L->rope_mode != UB_ROPE_NEOX)
-        return fail(err, err_len, "rope_mode %d is not supported by the fused layer", L->rope_mode);
+        return ub_lw_fail(err, err_len, "rope_mode %d is not supported by the fused layer", L->rope_mode);
     return UB_OK;
 }
 
@@ -155,7 +130,7 @@ static int write_kv(const ub_layer_kv *kv, const float *k, const float *v, int64
     const int64_t cap = (int64_t)kv->n_stream * kv->kv_size;
     for (int64_t i = 0; i < n; i++)
         if (kv->dst[i] < 0 || kv->dst[i] >= cap)
-            return fail(err, err_len, "kv dst[%lld] = %lld out of range [0, %lld)", (long long)i,
+            return ub_lw_fail(err, err_len, "kv dst[%lld] = %lld out of range [0, %lld)", (long long)i,
                         (long long)kv->dst[i], (long long)cap);
     /* one codec call per buffer: row i quantised (f16 / bf16 / q*) or copied into cell dst[i] */
     ub_kv_store_rows(kv->k_type, k, n, (int32_t)row, kv->k, cap, kv->dst);
@@ -173,21 +148,21 @@ static void compact(float *a, int64_t d, const int32_t *keep, int32_t n_keep) {
 int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t n, const int32_t *pos,
                      int32_t n_pos, const int32_t *keep, int32_t n_keep, int32_t n_threads, char *err,
                      int32_t err_len) {
-    if (!L || !kv) return fail(err, err_len, "layer / kv missing");
+    if (!L || !kv) return ub_lw_fail(err, err_len, "layer / kv missing");
     int rc = check_layer(L, err, err_len);
     if (rc != UB_OK) return rc;
-    if (n <= 0 || !x || !pos || n_pos < 1) return fail(err, err_len, "x / pos missing or n = %d <= 0", n);
-    if (n_threads < 1) return fail(err, err_len, "n_threads = %d < 1", n_threads);
+    if (n <= 0 || !x || !pos || n_pos < 1) return ub_lw_fail(err, err_len, "x / pos missing or n = %d <= 0", n);
+    if (n_threads < 1) return ub_lw_fail(err, err_len, "n_threads = %d < 1", n_threads);
     if (!kv->k || !kv->v || !kv->dst || !kv->row_stream || !kv->off || !kv->cells || kv->n_stream < 1 ||
         kv->kv_size < 1 || ub_kv_row_size(kv->k_type, L->head_dim) < 0 ||
         ub_kv_row_size(kv->v_type, L->head_dim) < 0)
-        return fail(err, err_len, "kv: missing buffer, bad type or size");
+        return ub_lw_fail(err, err_len, "kv: missing buffer, bad type or size");
     int32_t m = n;
     if (keep) {
-        if (n_keep < 0 || n_keep > n) return fail(err, err_len, "n_keep = %d out of [0, %d]", n_keep, n);
+        if (n_keep < 0 || n_keep > n) return ub_lw_fail(err, err_len, "n_keep = %d out of [0, %d]", n_keep, n);
         for (int32_t j = 0; j < n_keep; j++)
             if (keep[j] < 0 || keep[j] >= n || (j && keep[j] <= keep[j - 1]))
-                return fail(err, err_len, "keep must be strictly ascending rows of [0, %d); keep[%d] = %d", n, j,
+                return ub_lw_fail(err, err_len, "keep must be strictly ascending rows of [0, %d); keep[%d] = %d", n, j,
                             keep[j]);
         m = n_keep;
     }
@@ -229,7 +204,7 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
     rc = ub_attention_vis(q, kv->k, kv->k_type, kv->v, kv->v_type, kv->row_stream, kv->off, kv->cells, o, n,
                           (int32_t)H, (int32_t)Hk, (int32_t)hd, (int32_t)hd, kv->n_stream, kv->kv_size,
                           L->kq_scale, L->attn_softcap, n_threads);
-    if (rc == UB_E_ARG) rc = fail(err, err_len, "attention: invalid visible-cell lists");
+    if (rc == UB_E_ARG) rc = ub_lw_fail(err, err_len, "attention: invalid visible-cell lists");
     if (rc != UB_OK) goto done;
     if (keep) {
         compact(o, hq, keep, n_keep);
@@ -259,7 +234,7 @@ int ub_layer_forward(const ub_layer *L, const ub_layer_kv *kv, float *x, int32_t
 #undef TRY
 done:
     free(buf);
-    if (rc == UB_E_ARG && err && err_len > 0 && !err[0]) fail(err, err_len, "invalid arguments");
+    if (rc == UB_E_ARG && err && err_len > 0 && !err[0]) ub_lw_fail(err, err_len, "invalid arguments");
     return rc;
 }
 

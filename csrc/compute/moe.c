@@ -11,7 +11,6 @@
  * y_0 * w_0 + y_1 * w_1 + ... in slot order, and the shared expert's y_s * gate is added last (llama.cpp's
  * order of adds). */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,23 +19,13 @@
 #include "ub_matmul.h"
 #include "ub_repack.h"
 #include "ub_moe.h"
+#include "lw_util.h"
 
 #define MOE_MAX_EXPERTS 1024
 
-/* err: char[err_len] or NULL; receives the formatted message. Returns UB_E_ARG. */
-static int moe_fail(char *err, int32_t err_len, const char *fmt, ...) {
-    if (err && err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, (size_t)err_len, fmt, ap);
-        va_end(ap);
-    }
-    return UB_E_ARG;
-}
-
 /* w: a weight (read only). 1 when it has data, maps n_cols -> n_rows and its bytes split into whole rows. */
 static int lw_ok(const ub_lw *w, int64_t n_cols, int64_t n_rows) {
-    return w->data && w->n_cols == n_cols && w->n_rows == n_rows && w->nbytes > 0 && w->nbytes % n_rows == 0;
+    return ub_lw_shape_ok(w, n_cols, n_rows) && w->nbytes > 0 && w->nbytes % n_rows == 0;
 }
 
 /* The sub-matrix of rows [r0, r0 + rows) of w (same type and columns; data points into w's bytes). */
@@ -53,24 +42,24 @@ static ub_lw lw_rows(const ub_lw *w, int64_t r0, int64_t rows) {
 static int moe_check(const ub_moe *M, char *err, int32_t err_len) {
     const int64_t E = M->n_embd, X = M->n_expert, F = M->n_ff_exp, S = M->n_ff_shexp;
     if (E <= 0 || X <= 0 || X > MOE_MAX_EXPERTS || M->n_used <= 0 || M->n_used > X || F <= 0 || S < 0)
-        return moe_fail(err, err_len, "moe: bad sizes (n_embd %d, n_expert %d, n_used %d, n_ff_exp %d, "
+        return ub_lw_fail(err, err_len, "moe: bad sizes (n_embd %d, n_expert %d, n_used %d, n_ff_exp %d, "
                         "n_ff_shexp %d)", M->n_embd, M->n_expert, M->n_used, M->n_ff_exp, M->n_ff_shexp);
     if (M->gating != UB_MOE_GATING_SOFTMAX)
-        return moe_fail(err, err_len, "moe: gating function %d is not supported (softmax only)", M->gating);
-    if (!isfinite(M->w_scale)) return moe_fail(err, err_len, "moe: w_scale is not finite");
-    if (!lw_ok(&M->gate_inp, E, X)) return moe_fail(err, err_len, "moe: gate_inp must map n_embd -> n_expert");
+        return ub_lw_fail(err, err_len, "moe: gating function %d is not supported (softmax only)", M->gating);
+    if (!isfinite(M->w_scale)) return ub_lw_fail(err, err_len, "moe: w_scale is not finite");
+    if (!lw_ok(&M->gate_inp, E, X)) return ub_lw_fail(err, err_len, "moe: gate_inp must map n_embd -> n_expert");
     if (!lw_ok(&M->gate_exps, E, X * F) || !lw_ok(&M->up_exps, E, X * F))
-        return moe_fail(err, err_len, "moe: gate_exps / up_exps must map n_embd -> n_expert * n_ff_exp");
+        return ub_lw_fail(err, err_len, "moe: gate_exps / up_exps must map n_embd -> n_expert * n_ff_exp");
     if (!lw_ok(&M->down_exps, F, X * E))
-        return moe_fail(err, err_len, "moe: down_exps must map n_ff_exp -> n_expert * n_embd");
+        return ub_lw_fail(err, err_len, "moe: down_exps must map n_ff_exp -> n_expert * n_embd");
     if ((M->gate_exps.type | M->up_exps.type | M->down_exps.type) & UB_MM_REPACKED) /* sliced per expert */
-        return moe_fail(err, err_len, "moe: the expert stacks must be in GGUF layout (not repacked)");
+        return ub_lw_fail(err, err_len, "moe: the expert stacks must be in GGUF layout (not repacked)");
     if (S > 0) {
         if (!lw_ok(&M->gate_shexp, E, S) || !lw_ok(&M->up_shexp, E, S) || !lw_ok(&M->down_shexp, S, E))
-            return moe_fail(err, err_len, "moe: the shared expert's gate / up / down must map n_embd -> "
+            return ub_lw_fail(err, err_len, "moe: the shared expert's gate / up / down must map n_embd -> "
                             "n_ff_shexp -> n_embd");
         if (M->gate_inp_shexp.data && !lw_ok(&M->gate_inp_shexp, E, 1))
-            return moe_fail(err, err_len, "moe: gate_inp_shexp must map n_embd -> 1");
+            return ub_lw_fail(err, err_len, "moe: gate_inp_shexp must map n_embd -> 1");
     }
     return UB_OK;
 }
@@ -122,17 +111,9 @@ static void finish_weights(const ub_moe *M, float *w, int32_t k) {
 
 /* y[p]: float[m][rows of ws[p]] = x: float[m][n_cols] @ W_p.T, n_w weights of one input. */
 static int mm_w(const ub_lw *const *ws, int32_t n_w, const float *x, int64_t m, float *const *y, int32_t nt) {
-    const uint8_t *w[UB_MM_MAXW];
-    int64_t bytes[UB_MM_MAXW], rows[UB_MM_MAXW];
-    int32_t types[UB_MM_MAXW];
-    for (int32_t p = 0; p < n_w; p++) {
-        w[p] = ws[p]->data;
-        bytes[p] = ws[p]->nbytes;
-        rows[p] = ws[p]->n_rows;
-        types[p] = ws[p]->type;
-    }
-    if (n_w == 1) return ub_matmul(x, m, ws[0]->n_cols, w[0], bytes[0], types[0], rows[0], y[0], nt);
-    return ub_matmul_multi(x, m, ws[0]->n_cols, n_w, w, bytes, types, rows, y, nt);
+    if (n_w == 1)
+        return ub_matmul(x, m, ws[0]->n_cols, ws[0]->data, ws[0]->nbytes, ws[0]->type, ws[0]->n_rows, y[0], nt);
+    return ub_lw_matmul_multi(ws, n_w, x, m, y, nt);
 }
 
 /* One SwiGLU FFN over m rows: d: float[m][E] = down(silu(x @ gate.T) * (x @ up.T)); g, u: float[m][F]
@@ -153,11 +134,11 @@ static int swiglu_ffn(const ub_lw *gate, const ub_lw *up, const ub_lw *down, con
  * (gathered rows), g, u[n][Fmax], dg[n][E]; ints: sel[n][k], rows[n], slots[n]; taken[X]. */
 int ub_moe_ffn(const ub_moe *M, const float *h, int32_t n, float *out, int32_t *sel_out, float *wts_out,
                int32_t n_threads, char *err, int32_t err_len) {
-    if (!M) return moe_fail(err, err_len, "moe: constants missing");
+    if (!M) return ub_lw_fail(err, err_len, "moe: constants missing");
     int rc = moe_check(M, err, err_len);
     if (rc != UB_OK) return rc;
-    if (n < 0 || (n > 0 && (!h || !out))) return moe_fail(err, err_len, "moe: h / out missing or n = %d < 0", n);
-    if (n_threads < 1) return moe_fail(err, err_len, "moe: n_threads = %d < 1", n_threads);
+    if (n < 0 || (n > 0 && (!h || !out))) return ub_lw_fail(err, err_len, "moe: h / out missing or n = %d < 0", n);
+    if (n_threads < 1) return ub_lw_fail(err, err_len, "moe: n_threads = %d < 1", n_threads);
     if (n == 0) return UB_OK;
     const int64_t E = M->n_embd, X = M->n_expert, F = M->n_ff_exp, S = M->n_ff_shexp, k = M->n_used;
     const int64_t Fm = S > F ? S : F;
@@ -247,7 +228,7 @@ int ub_moe_ffn(const ub_moe *M, const float *h, int32_t n, float *out, int32_t *
     if (wts_out) memcpy(wts_out, wt, sizeof(float) * (size_t)(n * k));
 done:
     if (rc != UB_OK && rc != UB_E_NOMEM && err && err_len > 0 && !err[0])
-        moe_fail(err, err_len, "moe: matmul failed (status %d)", rc);
+        ub_lw_fail(err, err_len, "moe: matmul failed (status %d)", rc);
     free(fb);
     free(ib);
     free(taken);
