@@ -11,7 +11,6 @@ Written to tests/data/arch/<model>.npz:
 and tests/data/arch/<model>.json: the model file's sha256 (as tiny_arch.write produces it), the scenario, the
 configurations, llama-cpp-python's version and the spread (max of maxdiff over rows and configurations).
 python tests/model/record_arch.py mixtral-f32 ... records only the models named."""
-import ctypes
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "support")]
 import arch_scenario as S  # noqa: E402
 import tiny_arch  # noqa: E402
+from llama_cpp_scenario import run_scenario  # noqa: E402
 
 import llama_cpp as L  # noqa: E402
 
@@ -30,37 +30,9 @@ OUT = os.path.join(os.path.dirname(HERE), "data", "arch")
 
 
 def run(path: str, cfg: dict) -> np.ndarray:
-    """The scenario's logits (rows in scenario order) under one llama.cpp configuration."""
-    mp = L.llama_model_default_params()
-    model = L.llama_model_load_from_file(path.encode(), mp)
-    if not model:
-        raise SystemExit(f"llama.cpp could not load {path}")
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = S.N_CTX, 512, cfg["n_ubatch"], S.N_SEQ
-    cp.n_threads = cp.n_threads_batch = cfg["n_threads"]
-    cp.kv_unified = cfg["kv_unified"]
-    cp.type_k = cp.type_v = 0                 # GGML_TYPE_F32
-    cp.flash_attn_type = 0                    # LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = L.llama_init_from_model(model, cp)
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
-    out = []
-    for step in S.steps():
-        n = len(step)
-        b = L.llama_batch_init(n, 0, 1)
-        b.n_tokens = n
-        for i, (tok, pos, seq) in enumerate(step):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, True
-            b.seq_id[i][0] = seq
-        rc = L.llama_decode(ctx, b)
-        if rc != 0:
-            raise SystemExit(f"llama_decode returned {rc}")
-        for i in range(n):
-            p = L.llama_get_logits_ith(ctx, i)
-            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)), (n_vocab,)).copy())
-        L.llama_batch_free(b)
-    L.llama_free(ctx)
-    L.llama_model_free(model)
-    return np.stack(out).astype(np.float32)
+    """The scenario's logits (rows in scenario order) under one llama.cpp configuration (f32 K/V, no flash
+    attention)."""
+    return run_scenario(L, path, cfg)
 
 
 def main() -> None:

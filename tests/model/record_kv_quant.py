@@ -7,7 +7,6 @@ scenario of arch_scenario.py under its CONFIGS; written to tests/data/kv_quant/<
 float32[rows, n_vocab] of the first configuration) and kv_quant.json (the model's sha256, the combinations,
 each one's spread: max |logit - first configuration's| over the other configurations). Combinations already in
 kv_quant.json (same model) are kept as recorded; only the missing ones are run (--all: every one again)."""
-import ctypes
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "support")]
 import arch_scenario as S  # noqa: E402
 import tiny_arch  # noqa: E402
+from llama_cpp_scenario import run_scenario  # noqa: E402
 
 import llama_cpp as L  # noqa: E402
 
@@ -30,33 +30,8 @@ HEAD_DIM = 32
 
 
 def run(path: str, cfg: dict, tk: str, tv: str, fa: int) -> np.ndarray:
-    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = S.N_CTX, 512, cfg["n_ubatch"], S.N_SEQ
-    cp.n_threads = cp.n_threads_batch = cfg["n_threads"]
-    cp.kv_unified = cfg["kv_unified"]
-    cp.type_k, cp.type_v = IDS[tk], IDS[tv]
-    cp.flash_attn_type = fa                    # 0 disabled, 1 enabled
-    ctx = L.llama_init_from_model(model, cp)
-    if not ctx:
-        raise SystemExit(f"llama.cpp refused {tk}/{tv} fa={fa}")
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
-    out = []
-    for step in S.steps():
-        b = L.llama_batch_init(len(step), 0, 1)
-        b.n_tokens = len(step)
-        for i, (tok, pos, seq) in enumerate(step):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, True
-            b.seq_id[i][0] = seq
-        if L.llama_decode(ctx, b) != 0:
-            raise SystemExit("llama_decode failed")
-        for i in range(len(step)):
-            p = L.llama_get_logits_ith(ctx, i)
-            out.append(np.ctypeslib.as_array(ctypes.cast(p, ctypes.POINTER(ctypes.c_float)), (n_vocab,)).copy())
-        L.llama_batch_free(b)
-    L.llama_free(ctx)
-    L.llama_model_free(model)
-    return np.stack(out).astype(np.float32)
+    """The scenario's logits under one llama.cpp configuration with K/V types tk / tv and flash attention fa."""
+    return run_scenario(L, path, cfg, IDS[tk], IDS[tv], fa)
 
 
 def main() -> None:
