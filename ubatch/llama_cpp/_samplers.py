@@ -79,6 +79,17 @@ def _order_desc(logit: np.ndarray, k: Optional[int] = None) -> np.ndarray:
     return part[np.lexsort((part, -logit[part]))]
 
 
+def top_desc(logit: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest logits (no NaN; k < len), descending, ties by position: exactly the first k of
+    np.argsort(-logit, kind="stable"), found in O(n) (argpartition gives the k-th value; of the tokens at that
+    value, the lowest positions fill the last places)."""
+    part = np.argpartition(-logit, k - 1)[:k]
+    kth = logit[part].min()
+    above = np.flatnonzero(logit > kth)
+    sel = np.concatenate([above, np.flatnonzero(logit == kth)[:k - len(above)]])
+    return sel[np.lexsort((sel, -logit[sel]))]
+
+
 def partial_sort(cur: Cur, k: int) -> None:
     """llama_token_data_array_partial_sort_inplace: data[:k] = the top k, descending; size = k; sorted."""
     a = cur.a
@@ -183,8 +194,9 @@ class TopP(Sampler):
         if self.p >= 1.0 or cur.size == 0:
             return
         softmax(cur, False)
-        was_sorted = cur.sorted
-        if not was_sorted:
+        if not cur.sorted and self._cut_in_head(cur):
+            return
+        if not cur.sorted:
             partial_sort(cur, cur.size)
         a = cur.a
         cum = np.cumsum(a["p"], dtype=np.float32)
@@ -192,6 +204,31 @@ class TopP(Sampler):
         hits = np.flatnonzero(ok)
         cur.size = int(hits[0]) + 1 if len(hits) else len(a)
         cur.sorted = True
+
+    def _cut_in_head(self, cur: Cur) -> bool:
+        """The cut found among the k best candidates (k = 256, 2048, ... while k < size / 4) without sorting
+        the rest: the same kept prefix, in the same order (descending logit, ties by position), as the full
+        sort's (np.cumsum is sequential, so the head's running sums are the full sort's first k). False (cur
+        unchanged) when the cut lies beyond, the array is small or a logit is NaN: the caller sorts it all."""
+        a = cur.a
+        n = len(a)
+        lg = a["logit"]
+        if n <= 1024 or np.isnan(lg).any():
+            return False
+        k = 256
+        while 4 * k < n:
+            order = top_desc(lg, k)
+            cum = np.cumsum(a["p"][order], dtype=np.float32)
+            ok = (cum >= self.p) & (np.arange(1, k + 1) >= self.min_keep)
+            hits = np.flatnonzero(ok)
+            if len(hits):
+                m = int(hits[0]) + 1
+                a[:m] = a[order[:m]].copy()
+                cur.size = m
+                cur.sorted = True
+                return True
+            k *= 8
+        return False
 
 
 class MinP(Sampler):
