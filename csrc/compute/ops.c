@@ -5,6 +5,7 @@
 #include "ub_common.h"
 #include "ub_compute.h"
 #include "ub_matmul.h"
+#include "ub_gexp.h"
 
 /* x, y: float[n][k] (y may alias x); g: float[k] or NULL. Per row: ss = sum of x^2 in double, index order;
  * scale = 1 / sqrtf((float)(ss / k) + eps); y = (x * scale) * g. */
@@ -26,11 +27,13 @@ int ub_rms_norm(const float *x, int64_t n, int64_t k, const float *g, float eps,
     return UB_OK;
 }
 
-/* g, u, y: float[n]; y may alias g or u. */
+/* g, u, y: float[n]; y may alias g or u. silu(g) * u as ggml-cpu's swiglu on an AVX-512 build:
+ * g / (1 + exp(-g)) with ggml's vector exp (ub_gexp.h), then times u. (ggml runs libm's expf on the last
+ * n_ff % 16 elements of a row; every n_ff of the supported models is a multiple of 16.) */
 void ub_silu_mul(const float *g, const float *u, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float a = g[i];
-        y[i] = (a / (1.0f + expf(-a))) * u[i];
+        y[i] = (a / (1.0f + ub_gexp(-a))) * u[i];
     }
 }
 
