@@ -36,6 +36,10 @@ static int64_t drop_pages(const uint8_t *w, int64_t w_bytes) {
     const uintptr_t a = ((uintptr_t)w + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
     const uintptr_t e = ((uintptr_t)w + (uintptr_t)w_bytes) & ~((uintptr_t)pg - 1);
     if (e <= a) return 0;
+    /* MADV_RANDOM first: the range becomes a mapping of its own without fault-around or read-ahead, so a fault
+     * on a neighbouring tensor's pages no longer maps the dropped pages back in (Linux maps a whole window of
+     * cached pages around a faulting address, clamped to the mapping it is in) */
+    (void)madvise((void *)a, (size_t)(e - a), MADV_RANDOM);
     if (madvise((void *)a, (size_t)(e - a), MADV_DONTNEED) != 0) return 0;
     return (int64_t)(e - a);
 }

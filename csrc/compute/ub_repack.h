@@ -22,7 +22,7 @@ int32_t ub_rp_panel_rows(int32_t type);
  * memory map). The first n_rows - n_rows % P rows become panels (P = ub_rp_panel_rows(type)); the remaining
  * rows are copied in GGUF layout (the tail, computed by the type's dot kernels). Returned object owned by
  * the caller, freed by ub_rp_free. drop != 0: afterwards the whole pages inside [w, w + w_bytes) are
- * released with madvise(MADV_DONTNEED) - only for a read-only file mapping (the pages are read back from
+ * released with madvise(MADV_RANDOM, then MADV_DONTNEED: no fault-around brings them back) - only for a read-only file mapping (the pages are read back from
  * the file if touched again); never for anonymous memory, whose contents it would zero. Returns NULL when
  * the type has no layout, n_rows < P, the sizes disagree or memory is short (nothing dropped then). */
 ub_rp *ub_rp_new(const uint8_t *w, int64_t w_bytes, int32_t type, int64_t n_rows, int64_t n_cols, int32_t drop);

@@ -119,22 +119,3 @@ def test_bad_shapes():
     assert (y == 7.0).all()
     with pytest.raises(Exception):
         mm.matmul(np.zeros((2, 256), np.float32), w)  # the wrong K: refused by Python, naming the shapes
-
-
-def test_small_mapped_weights_keep_the_gguf_layout(tmp_path):
-    """A read-only mapped Q5_0 weight under 1 MiB is not repacked (its dropped pages would come back through
-    the neighbours' faults: matmul._Q5_0_MIN_REPACK); one of 1 MiB or more is, with its pages dropped; an
-    anonymous small one is repacked (nothing to drop)."""
-    rng = np.random.default_rng(int(Q5) + 83)
-    small = random_weight(Q5, 64, 896, rng)
-    big = random_weight(Q5, 2048, 896, rng)
-    assert small.size < mm._Q5_0_MIN_REPACK <= big.size
-    path = tmp_path / "w.bin"
-    (np.concatenate([small, big])).tofile(path)
-    m = np.memmap(path, np.uint8, mode="r")
-    ws = mm.QWeight(int(Q5), 64, 896, m[:small.size], repack=True)
-    wb = mm.QWeight(int(Q5), 2048, 896, m[small.size:], repack=True)
-    assert not ws.repacked and wb.repacked and wb.dropped_bytes > 0
-    assert mm.QWeight(int(Q5), 64, 896, small, repack=True).repacked
-    x = _x(3, 896, rng)
-    assert np.array_equal(mm.matmul(x, wb), mm.matmul(x, mm.QWeight(int(Q5), 2048, 896, big, repack=True)))

@@ -92,12 +92,6 @@ def repack_rows(ggml_type: int) -> int:
     return int(lib.ub_rp_panel_rows(int(ggml_type)))
 
 
-# A mapped Q5_0 weight smaller than this keeps its GGUF layout: its dropped file pages come back (measured on
-# Linux 6.18 / ext4: a later fault on a neighbouring tensor maps the whole large folio and the fault-around
-# window, so ~70 % of Gemma 3 270M's 0.45-0.9 MB Q5_0 tensors were resident twice and its RSS exceeded 1.2x the
-# file); Qwen2.5-0.5B's 3 MB ffn_gate / ffn_up (most of its Q5_0 time) stay repacked. Not the other types'
-# rule (their small tensors read back too, but a smaller share of those models).
-_Q5_0_MIN_REPACK = 1 << 20
 
 
 def _read_only_file_map(a: np.ndarray) -> bool:
@@ -151,8 +145,7 @@ class QWeight:
         self._buf = ffi.from_buffer("uint8_t[]", data) if need else ffi.NULL
         # what the C calls take: the GGUF bytes, or the repacked panels (type | UB_MM_REPACKED)
         self._rp, self.c_buf, self.c_type, self.dropped_bytes = None, self._buf, self.ggml_type, 0
-        if (repack_enabled() if repack is None else repack) and 0 < repack_rows(ggml_type) <= n_rows \
-                and not (int(ggml_type) == Q5_0 and need < _Q5_0_MIN_REPACK and _read_only_file_map(data)):
+        if (repack_enabled() if repack is None else repack) and 0 < repack_rows(ggml_type) <= n_rows:
             rp = lib.ub_rp_new(self._buf, need, self.ggml_type, n_rows, n_cols, int(_read_only_file_map(data)))
             if rp == ffi.NULL:
                 raise MemoryError(f"QWeight: out of memory repacking {tname} [{n_rows}, {n_cols}]")
