@@ -10,27 +10,10 @@ from gguf import GGMLQuantizationType as T
 
 from ubatch._ffi import ffi, lib
 from ubatch.compute import matmul as mm
+from panel_checks import assert_rows_invariant, generic_bits, panel_x
 from matmul_ref import deq, random_weight, reference
 
 XS = T.IQ4_XS
-
-
-def _x(n, k, rng):
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    x[0] = 0.0
-    if n > 3:
-        x[2, 1], x[2, 4] = 50.0, -60.0
-        x[3] *= 1e-3
-    return x
-
-
-def _generic(x, data, n_rows, k, backend):
-    """The GGUF layout on the plain C back-end: the bits the panels must give (then back to `backend`)."""
-    try:
-        mm.set_backend("generic")
-        return mm.matmul(x, mm.QWeight(int(XS), n_rows, k, data, repack=False), n_threads=1)
-    finally:
-        mm.set_backend(backend)
 
 
 def test_layout_rows():
@@ -61,20 +44,12 @@ def test_panels_give_the_generic_dot_kernels_bits(backend):
     wr = mm.QWeight(int(XS), n_rows, k, data, repack=True)
     wg = mm.QWeight(int(XS), n_rows, k, data, repack=False)
     assert wr.repacked and not wg.repacked
-    x = _x(33, k, rng)
+    x = panel_x(33, k, rng)
     full = mm.matmul(x, wr, n_threads=2)
-    want = _generic(x, data, n_rows, k, backend)
+    want = generic_bits(XS, x, data, n_rows, k, backend)
     assert np.array_equal(full[:, :n_prow], want[:, :n_prow])
     assert np.array_equal(full[:, n_prow:], mm.matmul(x, wg, n_threads=2)[:, n_prow:])
-    assert np.array_equal(mm.matmul(x, wr, n_threads=1), full)
-    for lo, hi in ((0, 1), (5, 6), (1, 5), (3, 9), (7, 20), (20, 33)):
-        assert np.array_equal(mm.matmul(x[lo:hi], wr, n_threads=2), full[lo:hi]), (lo, hi)
-    assert np.array_equal(mm.matmul(np.ascontiguousarray(x[13]), wr), full[13])
-    perm = rng.permutation(33)
-    assert np.array_equal(mm.matmul(np.ascontiguousarray(x[perm]), wr, n_threads=2), full[perm])
-    other = mm.QWeight(int(T.Q8_0), 24, k, random_weight(T.Q8_0, 24, k, rng))
-    got = mm.matmul_multi(x, [other, wr], n_threads=2)  # beside a GGUF-layout weight of another activation kind
-    assert np.array_equal(got[1], full) and np.array_equal(got[0], mm.matmul(x, other))
+    assert_rows_invariant(x, wr, full, rng, other_first=True)
     y_ref, bound, _ = reference(XS, data, n_rows, k, x)
     assert (np.abs(full - y_ref) <= 2e-6 * (k // 32) * bound + 1e-30).all()
 
@@ -90,9 +65,9 @@ def test_large_scales_and_extreme_values(backend):
     data[0:2, :, 8:] = 0x00  # every value -127
     data = data.reshape(-1)
     w = mm.QWeight(int(XS), n_rows, k, data, repack=True)
-    x = _x(7, k, rng)
+    x = panel_x(7, k, rng)
     x[4] = np.where(np.arange(k) % 2, 1.0, -1.0)  # +-127 after quantisation
-    assert np.array_equal(mm.matmul(x, w), _generic(x, data, n_rows, k, backend))
+    assert np.array_equal(mm.matmul(x, w), generic_bits(XS, x, data, n_rows, k, backend))
 
 
 def test_bad_shapes():
@@ -106,7 +81,7 @@ def test_bad_shapes():
     assert lib.ub_rp_new(buf, 15 * 2 * 136, int(XS), 15, 512, 0) == ffi.NULL    # fewer rows than a panel
     w = mm.QWeight(int(XS), 16, 512, data, repack=True)
     y = np.full((2, 16), 7.0, np.float32)
-    x = _x(2, 512, rng)
+    x = panel_x(2, 512, rng)
     xb, yb = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
     R = lib.UB_MM_REPACKED
     assert lib.ub_matmul(xb, 2, 512, w.c_buf, w.nbytes, int(T.IQ4_NL) | R, 16, yb, 1) == lib.UB_E_ARG  # other type

@@ -11,18 +11,10 @@ from gguf import GGMLQuantizationType as T
 
 from ubatch._ffi import ffi, lib
 from ubatch.compute import matmul as mm
+from panel_checks import assert_rows_invariant, panel_x
 from matmul_ref import deq, random_weight
 
 KQ = [T.Q4_K, T.Q6_K]
-
-
-def _x(n, k, rng):
-    x = rng.standard_normal((n, k)).astype(np.float32)
-    x[0] = 0.0
-    if n > 3:
-        x[2, 1], x[2, 4] = 50.0, -60.0
-        x[3] *= 1e-3
-    return x
 
 
 @pytest.mark.parametrize("t", KQ, ids=lambda t: t.name)
@@ -54,18 +46,10 @@ def test_repacked_gives_the_gguf_layouts_bits(t, backend):
     wr = mm.QWeight(int(t), n_rows, k, data, repack=True)
     wg = mm.QWeight(int(t), n_rows, k, data, repack=False)
     assert wr.repacked and not wg.repacked
-    x = _x(33, k, rng)
+    x = panel_x(33, k, rng)
     full = mm.matmul(x, wg, n_threads=2)
     assert np.array_equal(mm.matmul(x, wr, n_threads=2), full)
-    assert np.array_equal(mm.matmul(x, wr, n_threads=1), full)
-    for lo, hi in ((0, 1), (5, 6), (1, 5), (3, 9), (7, 20), (20, 33)):
-        assert np.array_equal(mm.matmul(x[lo:hi], wr, n_threads=2), full[lo:hi]), (lo, hi)
-    assert np.array_equal(mm.matmul(np.ascontiguousarray(x[13]), wr), full[13])
-    perm = rng.permutation(33)
-    assert np.array_equal(mm.matmul(np.ascontiguousarray(x[perm]), wr, n_threads=2), full[perm])
-    other = mm.QWeight(int(T.Q8_0), 24, k, random_weight(T.Q8_0, 24, k, rng))
-    got = mm.matmul_multi(x, [wr, other], n_threads=2)  # beside a GGUF-layout weight of another activation kind
-    assert np.array_equal(got[0], full) and np.array_equal(got[1], mm.matmul(x, other))
+    assert_rows_invariant(x, wr, full, rng, other_first=False)
 
 
 @pytest.mark.parametrize("t", KQ, ids=lambda t: t.name)
@@ -81,7 +65,7 @@ def test_bad_shapes(t):
     assert lib.ub_rp_new(buf, 7 * 2 * bb, int(t), 7, 512, 0) == ffi.NULL        # fewer rows than a panel
     w = mm.QWeight(int(t), 16, 512, data, repack=True)
     y = np.full((2, 16), 7.0, np.float32)
-    x = _x(2, 512, rng)
+    x = panel_x(2, 512, rng)
     xb, yb = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
     R = lib.UB_MM_REPACKED
     other = int(T.Q6_K if t == T.Q4_K else T.Q4_K)
