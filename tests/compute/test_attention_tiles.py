@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-import ubatch
+from child_process import CHILD_CWD, child_env
 from ubatch.compute import ops
 from ubatch.testing.reference import attention_masked
 
@@ -67,10 +67,10 @@ print(json.dumps({{"n": len(outs)}}))
 def test_blocked_loops_bitwise_equal_per_cell_loops(backend, tmp_path):
     blocked = run_shapes()
     path = str(tmp_path / "per_cell.npz")
-    env = dict(os.environ, UBATCH_ATTN_TILES="0",
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(ubatch.__file__))))
+    env = child_env(UBATCH_ATTN_TILES="0")  # the child imports the same ubatch as this process
     code = CHILD.format(test_dir=os.path.dirname(os.path.abspath(__file__)), backend=backend, path=path)
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=CHILD_CWD, capture_output=True, text=True,
+                         timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout.strip().splitlines()[-1])["n"] == len(SHAPES)
     per_cell = np.load(path)
