@@ -5,9 +5,11 @@ PY ?= python3
 install:
 	$(PY) -m pip install '.[test]'
 
-# in-place build for development (a lock keeps parallel builds from clobbering the .so)
+# in-place build for development (a lock keeps parallel builds from clobbering the .so); with ccache on
+# the PATH only the C files that changed (or whose headers changed) are compiled again
+CCACHE := $(shell command -v ccache 2>/dev/null)
 build:
-	flock /tmp/ubatch-build.lock $(PY) setup.py -q build_ext --inplace
+	flock /tmp/ubatch-build.lock env $(if $(CCACHE),CC="ccache gcc") $(PY) setup.py -q build_ext --inplace --force -j 2
 
 test: build
 	$(PY) -m pytest -q tests
