@@ -6,6 +6,7 @@
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "ub_gexp.h"
+#include "ub_silu_simd.h"
 
 /* x, y: float[n][k] (y may alias x); g: float[k] or NULL. Per row: ss = sum of x^2 in double, index order;
  * scale = 1 / sqrtf((float)(ss / k) + eps); y = (x * scale) * g. */
@@ -29,9 +30,10 @@ int ub_rms_norm(const float *x, int64_t n, int64_t k, const float *g, float eps,
 
 /* g, u, y: float[n]; y may alias g or u. silu(g) * u as ggml-cpu's swiglu on an AVX-512 build:
  * g / (1 + exp(-g)) with ggml's vector exp (ub_gexp.h), then times u. (ggml runs libm's expf on the last
- * n_ff % 16 elements of a row; every n_ff of the supported models is a multiple of 16.) */
+ * n_ff % 16 elements of a row; every n_ff of the supported models is a multiple of 16.) The SIMD back-ends
+ * run the bulk in vectors, bitwise this loop (silu_simd.c); the loop does the tail. */
 void ub_silu_mul(const float *g, const float *u, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = n > 0 ? ub_silu_mul_simd(ub_mm_backend(), g, u, y, n) : 0; i < n; i++) {
         const float a = g[i];
         y[i] = (a / (1.0f + ub_gexp(-a))) * u[i];
     }

@@ -49,6 +49,33 @@ def test_gated_activations():
         ops.silu_mul(g, u[:3])
 
 
+def _silu_inputs():
+    """Gates across exp's whole range: normal, subnormal and overflowing exp(-g), the |n| > 192 cut-offs,
+    signed zeros, infinities and NaNs; odd length (the scalar tail)."""
+    rng = np.random.default_rng(2)
+    parts = [rng.standard_normal(20000) * s for s in (1, 8, 30, 90, 120, 1e4)]
+    grid = np.linspace(-140, 140, 140001)
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 87.3, -87.3, 88.72, -88.72, 103.9,
+               -103.9, 133.0, -133.0, 3.4e38, -3.4e38]
+    g = np.concatenate(parts + [grid, special]).astype(np.float32)
+    return g, rng.standard_normal(g.size).astype(np.float32)
+
+
+def test_silu_mul_simd_bitwise_the_scalar_loop(backend):
+    """The vector loops (silu_simd.c) give the plain-C loop's bits, whatever the length and offset."""
+    from ubatch.compute import matmul as mm
+    g, u = _silu_inputs()
+    got = [ops.silu_mul(g, u), ops.silu_mul(g[3:-4], u[3:-4]), ops.silu_mul(g[:13], u[:13])]
+    mm.set_backend("generic")
+    try:
+        ref = [ops.silu_mul(g, u), ops.silu_mul(g[3:-4], u[3:-4]), ops.silu_mul(g[:13], u[:13])]
+    finally:
+        mm.set_backend(backend)
+    for a, b in zip(got, ref):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), backend
+    assert np.array_equal(got[0][3:-4].view(np.uint32), got[1].view(np.uint32))
+
+
 def _ref_lists(mask, pos):
     ns, per, n_kv = mask.shape
     off, cells = [0], []
