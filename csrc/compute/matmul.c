@@ -68,16 +68,19 @@ int ub_mm_set_backend(int32_t b) {
 
 /* The GEMM tile of weight type t on back-end be ({NULL} when it has none). */
 static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
-    if (be == UB_MM_AVX512) return ub_mm_gemm_avx512(t->type);
-    if (be == UB_MM_AVXVNNI) return ub_mm_gemm_avxvnni(t->type);
-    const ub_mm_gemm none = {0, 0, 0, 0};
-    return none;
+    ub_mm_gemm g = {0, 0, 0, 0};
+    if (be == UB_MM_AVX512) g = ub_mm_gemm_avx512(t->type);
+    if (be == UB_MM_AVXVNNI) g = ub_mm_gemm_avxvnni(t->type);
+    if (!g.fn && !g.fn1 && be != UB_MM_GENERIC) /* NVFP4 / Q1_0 / Q2_0 decode tiles (avxvnni: the AVX2 build) */
+        g = be == UB_MM_AVX512 ? ub_mm_gemm_fp4_avx512(t->type) : ub_mm_gemm_fp4_avx2(t->type);
+    return g;
 }
 
 /* The dot kernel of weight type t on back-end be: the back-end's own, else the next simpler one's. */
 static ub_mm_dot_fn dot_for(int be, const ub_mm_type *t) {
     ub_mm_dot_fn f = 0;
     if (be == UB_MM_AVX512) f = ub_mm_dot_avx512(t->type);
+    if (be == UB_MM_AVX512 && !f) f = ub_mm_dot_fp4_avx512(t->type);
     else if (be == UB_MM_AVXVNNI) f = ub_mm_dot_avxvnni(t->type);
     if (!f && be != UB_MM_GENERIC) f = ub_mm_dot_avx2(t->type);
     return f ? f : t->dot_generic;

@@ -59,8 +59,15 @@ void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out);
 ub_mm_dot_fn ub_mm_dot_avx2(int32_t type);
 ub_mm_dot_fn ub_mm_dot_avxvnni(int32_t type);
 ub_mm_dot_fn ub_mm_dot_avx512(int32_t type);
+/* The SIMD dot kernels of NVFP4, Q1_0, Q2_0 (mm_fp4_simd.h: AVX2 build, AVX-512 build), or NULL. */
+ub_mm_dot_fn ub_mm_dot_fp4_avx2(int32_t type);
+ub_mm_dot_fn ub_mm_dot_fp4_avx512(int32_t type);
 /* The GEMM tile of a weight type on a back-end ({NULL, 0, 0} when it has none: the dot kernels do it all). */
 ub_mm_gemm ub_mm_gemm_avxvnni(int32_t type);
 ub_mm_gemm ub_mm_gemm_avx512(int32_t type);
+/* The decode tiles (fn1 only) of NVFP4, Q1_0, Q2_0 (mm_fp4_simd.h: the AVX2 build for the avx2 and avxvnni
+ * back-ends, the AVX-512 build), {NULL, 0, 0} for the other types or without SIMD support in the build. */
+ub_mm_gemm ub_mm_gemm_fp4_avx2(int32_t type);
+ub_mm_gemm ub_mm_gemm_fp4_avx512(int32_t type);
 
 #endif

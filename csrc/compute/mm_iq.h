@@ -35,7 +35,7 @@ static inline float ub_e8m0_half(uint8_t e) {
 const ub_mm_type *ub_mm_find_iq(int32_t type);
 /* The table entry of NVFP4, Q1_0 or Q2_0 (mm_fp4_bits.c, plain C kernels), or NULL. */
 const ub_mm_type *ub_mm_find_fp4_bits(int32_t type);
-/* Their AVX2 dot kernels, or NULL (then the generic one runs). */
+/* Their AVX2 dot kernels (NVFP4 / Q1_0 / Q2_0 included), or NULL (then the generic one runs). */
 ub_mm_dot_fn ub_mm_dot_iq_avx2(int32_t type);
 
 #endif

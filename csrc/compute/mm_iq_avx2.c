@@ -272,11 +272,8 @@ ub_mm_dot_fn ub_mm_dot_iq_avx2(int32_t type) {
     case UB_T_TQ1_0: return dot_tq1_0;
     case UB_T_TQ2_0: return dot_tq2_0;
     }
-    return 0;
+    return ub_mm_dot_fp4_avx2(type);
 }
 #else
-ub_mm_dot_fn ub_mm_dot_iq_avx2(int32_t type) {
-    (void)type;
-    return 0;
-}
+ub_mm_dot_fn ub_mm_dot_iq_avx2(int32_t type) { return ub_mm_dot_fp4_avx2(type); }
 #endif
