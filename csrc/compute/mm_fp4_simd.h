@@ -16,7 +16,14 @@
  * isum_k, k ascending, acc += d_w * t; blocks in index order, one scalar accumulator per row (float products
  * taken four at a time in a vector are the same single-precision products, no FMA anywhere). So every
  * back-end gives the generic back-end's bits, for any row count, tile or thread split. Every row's
- * operations are the same whatever nr is: the weight block is decoded once and shared, nothing else is. */
+ * operations are the same whatever nr is: the weight block is decoded once and shared, nothing else is.
+ *
+ * Shapes of the work: the dot kernels take rows in groups of 2..4, a row per 32-bit lane (the int32 lanes of
+ * the rows reduced by a tree of hadds straight into that layout; pad lanes zero and discarded), and a single
+ * row (nr % 4 == 1) with the same operations on scalars; Q1_0 and Q2_0 also have a decode tile (4 weight rows
+ * x the rows left alone, a weight row per lane), NVFP4 none (measured slower than its dot kernel). NVFP4's
+ * e4m3 scales come from a 256-entry table (ub_ue4m3_half, mm_iq_tables.c). GCC compiles this with
+ * -std=c99, so no float expression is contracted into an FMA. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -74,19 +81,9 @@ FS_INL void fs_store(const __m128 *acc, float s1, const int nr, float *y, int64_
 
 /* ---- NVFP4: 36-byte blocks of 64 (d[4] e4m3, qs[32]); weight block ib spans activation blocks 2ib, 2ib + 1 ---- */
 
-/* The 4 sub-block scales of a block (d: 4 bytes, read only): mm_fp4_bits.c's ue4m3_half, all exact: 0 for the
- * bytes 0x00 / 0x7F, e = bits 3..6, m = bits 0..2 (bit 7 ignored); e > 0: 2^(e - 8) (1 + m / 8), e = 0: m 2^-10. */
-FS_INL __m256 fs_ue4m3_v(__m256i v) { /* v: 8 int32 lanes, each one scale byte */
-    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(v, 3), _mm256_set1_epi32(15)), m = _mm256_and_si256(v, _mm256_set1_epi32(7));
-    const __m256i nrm = _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(119)), 23), _mm256_slli_epi32(m, 20));
-    const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(1.0f / 1024.0f));
-    const __m256 r = _mm256_blendv_ps(_mm256_castsi256_ps(nrm), sub, _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())));
-    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, _mm256_set1_epi32(0x7F))), r);
-}
+/* The 4 sub-block scales of a block (d: its 4 scale bytes, read only), as mm_fp4_bits.c's ue4m3_half: the table */
 FS_INL __m128 fs_ue4m3_half4(const uint8_t *d) {
-    uint32_t u;
-    memcpy(&u, d, 4);
-    return _mm256_castps256_ps128(fs_ue4m3_v(_mm256_cvtepu8_epi32(_mm_cvtsi32_si128((int)u))));
+    return _mm_setr_ps(ub_ue4m3_half[d[0]], ub_ue4m3_half[d[1]], ub_ue4m3_half[d[2]], ub_ue4m3_half[d[3]]);
 }
 /* The 64 values of an NVFP4 block's qs (b: the block, read only): elements 0..31 in *w0, 32..63 in *w1. */
 FS_INL void fs_nv_values(const uint8_t *b, __m256i *w0, __m256i *w1) {
@@ -332,37 +329,6 @@ FS_INL __m128 fs_h4(const uint8_t *p, int64_t st) {
     return _mm_cvtph_ps(v);
 }
 
-FS void fs_gemv_nvfp4(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
-    (void)as;
-    (void)ys;
-    const ub_act_q8_0 *x = (const ub_act_q8_0 *)a;
-    /* bytes of the 4 columns' scale dwords in the order [d0 of c = 0..3, d1 .., d2 .., d3 ..] */
-    const __m128i tr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    __m128 acc = _mm_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t *b = w + ib * 36;
-        const __m128i d = _mm_shuffle_epi8(fs_dw4(b, ws), tr);
-        const __m256 sc01 = fs_ue4m3_v(_mm256_cvtepu8_epi32(d));                      /* [sc0 of c | sc1 of c] */
-        const __m256 sc23 = fs_ue4m3_v(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(d, d))); /* [sc2 | sc3] */
-        const __m256i x0 = fs_ld(x[2 * ib].qs), x1 = fs_ld(x[2 * ib + 1].qs);
-        __m256i i0[4], i1[4];
-        FS_UNR for (int c = 0; c < 4; c++) {
-            __m256i w0, w1;
-            fs_nv_values(b + c * ws, &w0, &w1);
-            i0[c] = fs_sdot(w0, _mm256_sign_epi8(w0, w0), x0);
-            i1[c] = fs_sdot(w1, _mm256_sign_epi8(w1, w1), x1);
-        }
-        const __m256i s01 = fs_rows4(i0), s23 = fs_rows4(i1);
-        const __m256 p01 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(x[2 * ib].d), sc01), _mm256_cvtepi32_ps(s01));
-        const __m256 p23 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(x[2 * ib + 1].d), sc23), _mm256_cvtepi32_ps(s23));
-        acc = _mm_add_ps(acc, _mm256_castps256_ps128(p01));
-        acc = _mm_add_ps(acc, _mm256_extractf128_ps(p01, 1));
-        acc = _mm_add_ps(acc, _mm256_castps256_ps128(p23));
-        acc = _mm_add_ps(acc, _mm256_extractf128_ps(p23, 1));
-    }
-    _mm_storeu_ps(y, acc);
-}
-
 FS void fs_gemv_q2_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y, int64_t ys) {
     (void)as;
     (void)ys;
@@ -414,11 +380,11 @@ FS void fs_gemv_q1_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
 }
 
 /* The decode tile of a type here: fn NULL (no multi-row tile: the dot kernels take 2..6 rows), gr 2 (so the
- * driver hands fn1 exactly the rows left alone), FS_GC columns; {NULL} for the other types. */
+ * driver hands fn1 exactly the rows left alone), FS_GC columns; {NULL} for the other types and NVFP4 (its
+ * 4-column tile measured 0.7-0.95x its dot kernel at B = 1, on both builds: not kept). */
 ub_mm_gemm FS_SUFFIX(ub_mm_gemm_fp4)(int32_t type) {
     ub_mm_gemm g = {0, FS_GC, 2, 0};
-    if (type == UB_T_NVFP4) g.fn1 = fs_gemv_nvfp4;
-    else if (type == UB_T_Q1_0) g.fn1 = fs_gemv_q1_0;
+    if (type == UB_T_Q1_0) g.fn1 = fs_gemv_q1_0;
     else if (type == UB_T_Q2_0) g.fn1 = fs_gemv_q2_0;
     else g.gc = g.gr = 0;
     return g;

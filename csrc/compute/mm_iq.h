@@ -21,6 +21,8 @@ extern uint32_t ub_iq3xxs_grid[256], ub_iq3s_grid[512];
 /* ksigns: 7 sign bits -> 8 (the eighth makes the count of set bits even); MXFP4 e2m1 codes -> twice the value */
 extern const uint8_t ub_iq_ksigns[128];
 extern const int8_t ub_mxfp4_kv[16];
+/* NVFP4's unsigned e4m3 scale bytes -> value / 2 (the e2m1 values being doubled), exact; 0x00 / 0x7F -> 0 */
+extern const float ub_ue4m3_half[256];
 /* 1 once ub_mm_set_iq_tables succeeded */
 int ub_mm_iq_ready(void);
 

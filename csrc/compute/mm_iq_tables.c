@@ -1,6 +1,7 @@
 /* The lookup tables of the i-quant types, set once from the gguf package's compact representation
  * (ub_mm_set_iq_tables, called by ubatch.compute.iq_tables), and the ones computed from their definition
- * (the IQ2 / IQ3 sign table, the MXFP4 e2m1 values: constants of their formats). See mm_iq.h. */
+ * (the IQ2 / IQ3 sign table, the MXFP4 e2m1 values, the NVFP4 e4m3 scales: constants of their formats). See
+ * mm_iq.h. */
 #include <string.h>
 
 #include "ub_common.h"
@@ -26,6 +27,15 @@ const uint8_t ub_iq_ksigns[128] = {KS32(0), KS32(32), KS32(64), KS32(96)};
 #define E2M1(c) (int8_t)((c) & 8 ? -E2M1_2(c) : E2M1_2(c))
 const int8_t ub_mxfp4_kv[16] = {E2M1(0), E2M1(1), E2M1(2), E2M1(3), E2M1(4), E2M1(5), E2M1(6), E2M1(7),
                                 E2M1(8), E2M1(9), E2M1(10), E2M1(11), E2M1(12), E2M1(13), E2M1(14), E2M1(15)};
+
+/* unsigned e4m3 byte x (bit 7 ignored; 0x00 and 0x7F mean 0) -> its value / 2 (NVFP4's sub-block scales, as
+ * mm_fp4_bits.c's ue4m3_half computes them; all exact): e = bits 3..6, m = bits 0..2; e = 0: m 2^-10, else
+ * (8 + m) 2^e / 2048 */
+#define UE_E(x) ((x) >> 3 & 15)
+#define UE(x) ((x) == 0 || (x) == 0x7F ? 0.0f : UE_E(x) == 0 ? (float)((x) & 7) / 1024.0f : (float)((8 + ((x) & 7)) << UE_E(x)) / 2048.0f)
+#define UE8(i) UE(i), UE(i + 1), UE(i + 2), UE(i + 3), UE(i + 4), UE(i + 5), UE(i + 6), UE(i + 7)
+#define UE64(i) UE8(i), UE8(i + 8), UE8(i + 16), UE8(i + 24), UE8(i + 32), UE8(i + 40), UE8(i + 48), UE8(i + 56)
+const float ub_ue4m3_half[256] = {UE64(0), UE64(64), UE64(128), UE64(192)};
 
 int ub_mm_iq_ready(void) { return g_ready; }
 
