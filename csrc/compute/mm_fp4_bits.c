@@ -17,7 +17,8 @@
  *   Q1_0 / Q2_0: per weight block: t = sum_k d_x[k] * isum_k (k ascending, from 0); acc += d_w * t
  *          (bit-equal to ggml-cpu's Q2_0 kernel on this machine's build; Q1_0's SIMD kernel there sums in
  *          another order, a few ulp away).
- * The dequantisers compute gguf.quants' / ggml's float32 operations (one product per element). */
+ * The dequantisers compute gguf.quants' / ggml's float32 operations (one product per element). The SIMD dot
+ * kernels (mm_fp4_simd.h) give these kernels' results bit for bit. */
 #include "ub_compute.h"
 #include "ub_matmul.h"
 #include "mm_iq.h"
