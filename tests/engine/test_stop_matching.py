@@ -42,12 +42,19 @@ def test_same_as_the_reference(pieces, stops, split):
         joined = b"".join(pieces)
         pieces = [joined[i:i + split] for i in range(0, len(joined), split)]
     ts = TextState(stops)
-    deltas = [ts.add(p) for p in pieces]
+    deltas, snaps = [], []
+    for p in pieces:
+        deltas.append(ts.add(p))
+        snaps.append((ts.emitted, "".join(deltas)))
+        if len(snaps) % 2:                 # the handed-out text read as it grows, and only later
+            assert ts.emitted_text() == snaps[-1][1] and ts.emitted_text(ts.emitted) == snaps[-1][1]
     if not ts.stopped:
         deltas.append(ts.finish())
     want, text, stopped = reference(pieces, stops)
     assert ts.text == text and ts.stopped == stopped
     assert "".join(deltas) == text == "".join(want)
+    # a snapshot taken earlier (how far text had been handed out) reads the same text now
+    assert [ts.emitted_text(n) for n, _ in snaps] == [t for _, t in snaps]
 
 
 class Counting(str):

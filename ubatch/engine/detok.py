@@ -63,9 +63,11 @@ def matcher(stops: Tuple[str, ...]) -> StopMatcher:
 
 
 class TextState:
-    """The growing text of one completion (see the module docstring)."""
+    """The growing text of one completion (see the module docstring). Appending costs O(new characters + held-back
+    characters): the handed-out text is kept as a list of its deltas (joined only when someone reads .text or
+    emitted_text), the held-back end as one short string."""
 
-    __slots__ = ("stops", "max_stop", "_matcher", "_state", "_pending", "text", "emitted", "stopped")
+    __slots__ = ("stops", "max_stop", "_matcher", "_state", "_pending", "_done", "_tail", "_n", "emitted", "stopped")
 
     def __init__(self, stops: "Optional[Sequence[str] | StopMatcher]" = None) -> None:
         m = stops if isinstance(stops, StopMatcher) else matcher(tuple(stops or ()))
@@ -74,9 +76,24 @@ class TextState:
         self.max_stop = max((len(s) for s in self.stops), default=0)
         self._state = [0] * len(self.stops)   # per stop: length of its longest prefix the text ends with
         self._pending = b""        # bytes not decoded yet (an incomplete UTF-8 tail)
-        self.text = ""             # decoded text (with a possible stop string cut off once found)
+        self._done: List[str] = []  # text[:emitted] as the deltas handed out (collapsed to one string when read)
+        self._tail = ""            # text[emitted:]: decoded, held back
+        self._n = 0                # len(text)
         self.emitted = 0           # characters of text already handed out as deltas
         self.stopped = False       # a stop string was found (text is final)
+
+    def emitted_text(self, n: Optional[int] = None) -> str:
+        """text[:n] for n <= emitted (default: emitted), the text already handed out; it never changes later."""
+        d = self._done
+        if len(d) != 1:
+            d[:] = ["".join(d)]
+        t = d[0]
+        return t if n is None or n >= len(t) else t[:n]
+
+    @property
+    def text(self) -> str:
+        """The decoded text (with a possible stop string cut off once found)."""
+        return self.emitted_text() + self._tail
 
     def _holdback(self) -> int:
         """Characters at the end of text that are a proper prefix of some stop string."""
@@ -111,20 +128,27 @@ class TextState:
             return ""
         buf = self._pending + piece
         cut = len(buf) if final else utf8_complete_len(buf)
-        start = len(self.text)
+        start = self._n
         new = buf[:cut].decode("utf-8", errors="replace") if cut else ""
-        self.text += new
+        self._tail += new
+        self._n += len(new)
         self._pending = buf[cut:]
         if self.stops and new:
             at = self._scan(new, start)
             if at >= 0:
-                self.text = self.text[:at]
+                if at >= self.emitted:            # always: a stop's start is never handed out (held back)
+                    self._tail = self._tail[:at - self.emitted]
+                else:
+                    self._done, self._tail = [self.text[:at]], ""
+                self._n = at
                 self.stopped = True
                 final = True
-        end = len(self.text) if final else len(self.text) - self._holdback()
+        end = self._n if final else self._n - self._holdback()
         if end <= self.emitted:
             return ""
-        delta = self.text[self.emitted:end]
+        k = end - self.emitted
+        delta, self._tail = self._tail[:k], self._tail[k:]
+        self._done.append(delta)
         self.emitted = end
         return delta
 

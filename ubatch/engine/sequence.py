@@ -14,6 +14,66 @@ from ubatch.engine.sampling import SamplingParams
 WAITING, PROMPT, FORK, GEN, DONE = "waiting", "prompt", "fork", "generating", "done"
 
 
+class _Lazy:
+    """A snapshot field not built yet: f(*args) builds it on first read (the engine hands out a full snapshot of
+    every touched request each step; building the copies only when a caller reads them keeps a step's status
+    update O(new tokens)). f must give the same value whenever it is called: its sources only grow."""
+
+    __slots__ = ("f", "args")
+
+    def __init__(self, f, *args) -> None:
+        self.f, self.args = f, args
+
+
+_NO_DEFAULT = object()
+
+
+class _Snapshot:
+    """Data descriptor of a dataclass field that may hold a _Lazy: reading it builds and keeps the value; on the
+    class it reads as the field's default, as a plain dataclass field does."""
+
+    def __init__(self, default) -> None:
+        self.default = default
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            if self.default is _NO_DEFAULT:           # a default_factory field has no class attribute
+                raise AttributeError(f"type object {owner.__name__!r} has no attribute {self.name!r}")
+            return self.default
+        d = obj.__dict__
+        v = d[self.name]
+        if type(v) is _Lazy:
+            v = d[self.name] = v.f(*v.args)
+        return v
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__[self.name] = value
+
+
+def _lazy_fields(cls, **defaults):
+    """Puts a _Snapshot over each named field of dataclass cls (after @dataclass made __init__ / __eq__ / __repr__,
+    which go through attribute access, so they see built values), and a __getstate__ that builds them (copy,
+    pickle)."""
+    for name, default in defaults.items():
+        d = _Snapshot(default)
+        d.__set_name__(cls, name)
+        setattr(cls, name, d)
+
+    def __getstate__(self):
+        for name in defaults:
+            getattr(self, name)
+        return self.__dict__
+    cls.__getstate__ = __getstate__
+    return cls
+
+
+def _head(xs: list, n: int) -> list:
+    return xs[:n]
+
+
 @dataclass
 class CompletionOutput:
     """One completion of a request, as of the last step that advanced it. token_ids never hold the
@@ -39,6 +99,10 @@ class RequestOutput:
     finished: bool
     outputs: List[CompletionOutput]
     prompt_token_ids: List[int] = field(default_factory=list)
+
+
+_lazy_fields(CompletionOutput, text="", token_ids=_NO_DEFAULT)
+_lazy_fields(RequestOutput, prompt_token_ids=_NO_DEFAULT)
 
 
 class Driver(Protocol):
@@ -126,14 +190,13 @@ class Request:
         """What changed since the last output (the deltas are handed out once)."""
         outs = []
         for s in self.seqs:
-            outs.append(CompletionOutput(index=s.index, text=s.text.text[:s.text.emitted], token_ids=list(s.generated),
-                                         text_delta=s.d_text, token_ids_delta=s.d_tok, finish_reason=s.finish_reason,
-                                         logprobs_delta=s.d_lp))
+            ts = s.text
+            outs.append(CompletionOutput(s.index, _Lazy(ts.emitted_text, ts.emitted),
+                                         _Lazy(_head, s.generated, len(s.generated)), s.d_text, s.d_tok,
+                                         s.finish_reason, s.d_lp))
             s.d_text, s.d_tok = "", []
             if s.d_lp is not None:
                 s.d_lp = []
-        return RequestOutput(request_id=self.rid, prompt_tokens=len(self.prompt), finished=self.finished,
-                             outputs=outs, prompt_token_ids=self.prompt.tolist())
-
+        return RequestOutput(self.rid, len(self.prompt), self.finished, outs, _Lazy(self.prompt.tolist))
 
 __all__ = ["CompletionOutput", "DONE", "Driver", "FORK", "GEN", "PROMPT", "Request", "RequestOutput", "Seq", "WAITING"]
