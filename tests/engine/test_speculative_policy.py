@@ -154,3 +154,71 @@ def test_engine_gate_stops_a_draft_that_does_not_pay(monkeypatch, kv_unified):
     assert st_dear["gate_closures"] >= 1 and st_dear["draft_speedup"] < 1.0
     assert st_dear["gated_steps"] >= DraftGate.OFF_MIN
     assert st_dear["draft_rows"] < 0.5 * st_cheap["draft_rows"]
+
+
+class _FakeTime:
+    """time for ubatch.llama_cpp.llama with a perf_counter that only Llama.eval advances."""
+
+    def __init__(self) -> None:
+        import time as real
+        self._real, self.now = real, 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_dropin_cost_fit_sees_decode_evals_only(monkeypatch):
+    """Llama(draft_model=...): the prompt's eval of each generate (prompt_rows > 0, also after a prefix-cache
+    hit) is left out of the draft-length cost fit, as the engine's prefill steps are; with a fake clock where a
+    prompt row costs a tenth of a decode row, the fit is the decode rows' cost (fitted on every eval it would
+    come out far lower: the prefill-biased fit that made draft rows look nearly free)."""
+    import ubatch.llama_cpp as L
+    import ubatch.llama_cpp.llama as llama_mod
+    from ubatch.llama_cpp import _model
+    from ubatch.llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+    from ubatch.models import TINY_LLAMA_PATH
+    from byte_vocab import ByteVocab
+
+    monkeypatch.setattr(_model, "_load_tokenizer", lambda path, raw: ByteVocab())
+    clock = _FakeTime()
+    monkeypatch.setattr(llama_mod, "time", clock)
+    llm = L.Llama(TINY_LLAMA_PATH, n_ctx=1024, verbose=False, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=6))
+    cost = llm._draft_state.cost
+    seen, every = [], CostModel()
+    real_observe = cost.observe
+
+    def observe(ubatches, rows, seconds, prompt_rows=0):
+        seen.append((rows, prompt_rows))
+        every.observe(ubatches, rows, seconds)                 # the same evals, the prompts included
+        real_observe(ubatches, rows, seconds, prompt_rows=prompt_rows)
+    monkeypatch.setattr(cost, "observe", observe)
+    real_eval = llm.eval
+    state = {"prompt": False}
+
+    def timed_eval(tokens):
+        real_eval(tokens)
+        per_row = 0.001 if state["prompt"] else 0.01             # a prefill row: a tenth of a decode row
+        clock.now += 0.05 + per_row * len(tokens)
+        state["prompt"] = False
+    monkeypatch.setattr(llm, "eval", timed_eval)
+    real_generate = llm.generate
+
+    def generate(tokens, *a, **kw):
+        state["prompt"] = True                                   # its first eval is the prompt's
+        return real_generate(tokens, *a, **kw)
+    monkeypatch.setattr(llm, "generate", generate)
+
+    prompts = repetitive_prompts(3, seed=4)
+    for p in prompts + [prompts[0] + prompts[1][:40]]:          # the last one reuses the first one's prefix
+        llm.create_completion(p, max_tokens=40, temperature=0.0)
+    prompt_evals = [r for r, k in seen if k]
+    assert len(prompt_evals) == 4 and all(r == k for r, k in seen if k)
+    assert prompt_evals[-1] < len(prompts[0]) + 40             # the prefix-cache hit left only the new rows
+    decode = [r for r, k in seen if not k]
+    assert len(set(decode)) > 2 and max(decode) > 1, "no varied draft lengths: the fit went untested"
+    assert cost.n_obs == len(decode)
+    assert abs(cost.b - 0.01) < 0.002 and abs(cost.a - 0.05) < 0.01
+    assert every.b < 0.6 * cost.b
