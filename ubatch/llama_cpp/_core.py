@@ -226,13 +226,34 @@ def llama_model_desc(model, buf, buf_size):
     if m is None:
         return -1
     ftypes = {0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K - Medium",
-              15: "Q4_K - Medium", 17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16", 19: "IQ2_XXS - 2.0625 bpw",
-              20: "IQ2_XS - 2.3125 bpw", 23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw",
+              12: "Q3_K - Medium", 15: "Q4_K - Medium", 17: "Q5_K - Medium", 18: "Q6_K", 32: "BF16",
+              19: "IQ2_XXS - 2.0625 bpw", 20: "IQ2_XS - 2.3125 bpw", 23: "IQ3_XXS - 3.0625 bpw", 24: "IQ1_S - 1.5625 bpw", 25: "IQ4_NL - 4.5 bpw",
               26: "IQ3_S - 3.4375 bpw", 27: "IQ3_S mix - 3.66 bpw", 28: "IQ2_S - 2.5 bpw", 29: "IQ2_M - 2.7 bpw",
               30: "IQ4_XS - 4.25 bpw", 31: "IQ1_M - 1.75 bpw", 36: "TQ1_0 - 1.69 bpw ternary",
               37: "TQ2_0 - 2.06 bpw ternary", 38: "MXFP4 MoE"}
-    ft = ftypes.get(int(m.raw.get("general.file_type", -1)), "?")
+    file_type = m.raw.get("general.file_type")
+    if file_type is None and m.model is not None:     # llama.cpp guesses it from the commonest tensor type
+        ft = "(guessed) " + ftypes.get(_guess_file_type(m.model.file.tensors.values()), "?")
+    else:
+        ft = ftypes.get(int(file_type if file_type is not None else -1), "?")
     return _snprintf(buf, buf_size, f"{m.arch} {size_label(m.arch, lambda n: _desc_hparam(m, n))} {ft}")
+
+
+# ggml type -> the llama_ftype llama.cpp names a file after when its tensors are mostly of that type
+_FTYPE_OF_GGML = {0: 0, 1: 1, 30: 32, 2: 2, 3: 3, 6: 8, 7: 9, 8: 7, 10: 10, 11: 12, 12: 15, 13: 17, 14: 18, 34: 36,
+                  35: 37, 16: 19, 17: 20, 22: 28, 18: 23, 19: 24, 29: 31, 20: 25, 23: 30, 21: 26, 39: 38}
+
+
+def _guess_file_type(tensors) -> int:
+    """A file without general.file_type: the llama_ftype of its commonest tensor type (a tie: the lower ggml type
+    id), all F32 for a type with no file type, as llama.cpp's loader guesses."""
+    counts: dict = {}
+    for t in tensors:
+        counts[t.ggml_type] = counts.get(t.ggml_type, 0) + 1
+    if not counts:
+        return 0
+    best = min(counts, key=lambda g: (-counts[g], g))
+    return _FTYPE_OF_GGML.get(best, 0)
 
 
 def _desc_hparam(m, name: str) -> int:

@@ -3,6 +3,10 @@ architecture and layer count (a few architectures also look at n_embd, n_head, t
 expert count), not from its parameter count. `size_label(arch, hp)` gives that label for the architectures
 ubatch loads; "?B" where llama.cpp has no name (as it prints too).
 
+The granite / granitemoe / smollm3 / exaone4 entries were read off llama-cpp-python 0.3.36 itself (tiny random
+models at every layer count 1-96 and a range of widths: tests/data/llama_cpp_python/record_model_desc.py records
+the cases the tests check).
+
 `hp` is a callable: hp(name) -> int for n_layer, n_embd, n_head, n_head_kv, n_vocab and n_expert.
 """
 from __future__ import annotations
@@ -43,6 +47,12 @@ def _qwen3(hp):
     return {40: "14B", 64: "32B"}.get(n, UNKNOWN)
 
 
+def _granite(hp):
+    if hp("n_layer") == 40:      # 40 layers: named by the width (granite 3.x 2B / 8B)
+        return {2048: "2B", 2560: "3B", 4096: "8B"}.get(hp("n_embd"), UNKNOWN)
+    return {32: "3B", 64: "30B"}.get(hp("n_layer"), UNKNOWN)
+
+
 _BY_LAYERS = {  # architectures whose label depends on the layer count alone
     "gemma2": {26: "2B", 42: "9B", 46: "27B"},
     "gemma3": {18: "270M", 26: "1B", 32: "8B", 34: "4B", 48: "12B", 62: "27B"},
@@ -52,8 +62,11 @@ _BY_LAYERS = {  # architectures whose label depends on the layer count alone
     "olmo2": {16: "1B", 32: "7B", 40: "13B", 64: "32B"},
     "olmoe": {16: "A1.7B"},
     "minicpm": {52: "1B", 40: "2B"},
+    "granitemoe": {24: "1B.A400M", 32: "3B.A800M"},
+    "smollm3": {36: "3B"},
+    "exaone4": {30: "1.2B", 64: "32B"},
 }
-_BY_FN = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3}
+_BY_FN = {"llama": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "granite": _granite}
 
 
 def size_label(arch: str, hp) -> str:
