@@ -141,6 +141,12 @@ void ub_mm_quant_row_avx2(int32_t act, const float *x, int64_t k, uint8_t *out) 
 /* ---- 32-element blocks against Q8_0 (kind 0: Q4_0, 1: Q5_0, 2: Q8_0, 5: IQ4_NL, 6: MXFP4) and Q8_1 (3: Q4_1,
  * 4: Q5_1) ---- */
 #define Q80_KIND(kind) ((kind) <= 2 || (kind) >= 5)
+
+#define Q81_MFMA_X(m, s, acc) (fmaf((m), (s), (acc)))
+#ifndef Q81_ONE_CHAIN
+#define Q81_ONE_CHAIN(kind) ((kind) == 3 || (kind) == 4)
+#define Q81_MFMA(m, s, acc) Q81_MFMA_X(m, s, acc)
+#endif
 /* the 16 IQ4_NL values (kind 5) or twice the e2m1 values (kind 6) in both 128-bit lanes */
 INL AVX2 __m256i kv_table(const int kind) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(kind == 5 ? ub_iq4nl_kv : ub_mxfp4_kv)));
@@ -175,7 +181,7 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
             const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
             acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(dot_u8(q, ld(x->qs))), acc[r]);
-            accm[r] += mw * x->s;
+            accm[r] = Q81_MFMA(mw, x->s, accm[r]);
         }
     }
 }
@@ -190,13 +196,15 @@ INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t a
         accm[r] = 0.0f;
     }
     int64_t ib = 0;
+    if (Q81_ONE_CHAIN(kind)) /* Q4_1 / Q5_1: one chain, as ggml-cpu's x86 vec_dot_q{4,5}_1_q8_1 */
+        for (; ib < nb; ib++) q32_block(w, a, as, nr, ib, kind, acc0, accm);
     for (; ib + 2 <= nb; ib += 2) {
         q32_block(w, a, as, nr, ib, kind, acc0, accm);
         q32_block(w, a, as, nr, ib + 1, kind, acc1, accm);
     }
     if (ib < nb) q32_block(w, a, as, nr, ib, kind, acc0, accm);
     UNR for (int r = 0; r < nr; r++) {
-        const float s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
+        const float s = hsum((Q81_ONE_CHAIN(kind) ? acc0[r] : _mm256_add_ps(acc0[r], acc1[r])));
         y[r * ys] = Q80_KIND(kind) ? s : s + accm[r];
     }
 }

@@ -33,6 +33,12 @@ static inline float ub_e8m0_half(uint8_t e) {
     return v.f;
 }
 
+/* The horizontal sum of 8 float lanes in the order of the AVX2 kernels' hsum (and ggml-cpu's hsum_float_8):
+ * ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). a: 8 floats, read only. */
+static inline float ub_hsum8(const float *a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
 /* The table entry of one of these types (plain C kernels), or NULL. */
 const ub_mm_type *ub_mm_find_iq(int32_t type);
 /* The table entry of NVFP4, Q1_0 or Q2_0 (mm_fp4_bits.c, plain C kernels), or NULL. */

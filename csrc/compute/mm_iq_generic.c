@@ -9,7 +9,8 @@
  * acc += (d_w * d_x) * isum, blocks in index order, one accumulator per activation row; the row ends with
  * y = fin * acc, fin an exact power of two (1/8 for IQ2_* and IQ1_*, 1/4 for IQ3_XXS):
  *   IQ4_NL / MXFP4: q = the table value (IQ4_NL values; twice the e2m1 value), per 32 against Q8_0;
- *   IQ4_XS:  q = IQ4_NL value, sc = 6-bit scale - 32 per 32;               against Q8_K (as every type below)
+ *   IQ4_XS:  q = IQ4_NL value, sc = 6-bit scale - 32 per 32;               against Q8_K (as every type below;
+ *            its dot kernel keeps 8 lanes instead, see dot_iq4_xs)
  *   IQ3_XXS: q = +-grid (4..62), sc = 2 s + 1 per 32, fin 1/4   (value d (s + 1/2) / 2 grid);
  *   IQ3_S:   q = +-grid (1..15), sc = 2 s + 1 per 32            (value d (2 s + 1) grid);
  *   IQ2_XXS: q = +-grid (8, 25, 43), sc = 2 s + 1 per 32, fin 1/8 (value d (s + 1/2) / 4 grid);
@@ -18,6 +19,7 @@
  *   IQ1_M:   the same, the delta per 8, sc per 16, d assembled from the four scale words' top nibbles;
  *   TQ1_0 / TQ2_0: q in -1..1 (-1..2), sc = 1.
  * The dequantisers compute exactly gguf.quants.dequantize's float32 operations (the tests check bit for bit). */
+#include <math.h>
 #include <string.h>
 
 #include "ub_compute.h"
@@ -304,7 +306,31 @@ DOT32(dot_mxfp4, 17, dec_mxfp4, ub_e8m0_half(b[0]))
         }                                                                                                  \
         for (int r = 0; r < nr; r++) y[r * ys] = (FIN) * acc[r];                                           \
     }
-DOT256(dot_iq4_xs, 136, 8, dec_iq4_xs(b, q, sc), rd16(b), 1.0f)
+/* IQ4_XS in the 8-lane order of the AVX2 kernel (mm_iq_avx2.c body_iq4_xs) and of ggml-cpu's x86 vec_dot
+ * (llama.cpp's bits): per superblock lane j (0..7) is the exact int32 sum over the sub-blocks s of
+ * sc[s] * (elements 32 s + 4 j .. 32 s + 4 j + 3 of q . x), lane accumulator j = fmaf(d_w * d_x, lane j, acc j),
+ * superblocks in order, y = ub_hsum8(acc). w: nb blocks of 136 bytes; a: nr Q8_K rows (stride as); y[r * ys]. */
+static void dot_iq4_xs(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) {
+    float acc[UB_MM_RT][8];
+    memset(acc, 0, sizeof acc);
+    int8_t q[256];
+    int sc[8];
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t *b = w + ib * 136;
+        dec_iq4_xs(b, q, sc);
+        const float dw = rd16(b);
+        for (int r = 0; r < nr; r++) {
+            const ub_act_q8_k *x = ACT(ub_act_q8_k, r, ib);
+            const float d = dw * x->d;
+            for (int j = 0; j < 8; j++) {
+                int32_t lane = 0;
+                for (int s = 0; s < 8; s++) lane += sc[s] * idot(q + 32 * s + 4 * j, x->qs + 32 * s + 4 * j, 4);
+                acc[r][j] = fmaf(d, (float)lane, acc[r][j]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) y[r * ys] = ub_hsum8(acc[r]);
+}
 DOT256(dot_iq3_s, 110, 8, dec_iq3_s(b, q, sc), rd16(b), 1.0f)
 DOT256(dot_iq3_xxs, 98, 8, dec_iq3_xxs(b, q, sc), rd16(b), 0.25f)
 DOT256(dot_iq2_xxs, 66, 8, dec_iq2_xxs(b, q, sc), rd16(b), 0.125f)

@@ -31,6 +31,12 @@ static const int vn_bytes[7] = {18, 22, 34, 20, 24, 18, 17}; /* block bytes of k
 /* kinds against Q8_0 (signed weights): 0 Q4_0, 1 Q5_0, 2 Q8_0, 5 IQ4_NL, 6 MXFP4; against Q8_1: 3 Q4_1, 4 Q5_1 */
 #define VN_Q80(kind) ((kind) <= 2 || (kind) >= 5)
 
+#define Q81_MFMA_X(m, s, acc) (fmaf((m), (s), (acc)))
+#ifndef Q81_ONE_CHAIN
+#define Q81_ONE_CHAIN(kind) ((kind) == 3 || (kind) == 4)
+#define Q81_MFMA(m, s, acc) Q81_MFMA_X(m, s, acc)
+#endif
+
 VN_INL float vn_h2f(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
@@ -116,7 +122,7 @@ VN_INL void vn_block(const uint8_t *w, const uint8_t *a, int64_t as, const int n
             const ub_act_q8_1 *x = (const ub_act_q8_1 *)(a + r * as) + ib;
             const __m256 sc = nr == 1 ? _mm256_set1_ps(dw * x->d) : _mm256_mul_ps(dwv, _mm256_broadcast_ss(&x->d));
             acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(vn_isum(q, qa, vn_ld(x->qs), kind)), acc[r]);
-            accm[r] += mw * x->s;
+            accm[r] = Q81_MFMA(mw, x->s, accm[r]);
         }
     }
 }
@@ -131,13 +137,15 @@ VN_INL void vn_body(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, 
         accm[r] = 0.0f;
     }
     int64_t ib = 0;
+    if (Q81_ONE_CHAIN(kind)) /* Q4_1 / Q5_1: one chain, as ggml-cpu's x86 vec_dot_q{4,5}_1_q8_1 */
+        for (; ib < nb; ib++) vn_block(w, a, as, nr, ib, kind, acc0, accm);
     for (; ib + 2 <= nb; ib += 2) {
         vn_block(w, a, as, nr, ib, kind, acc0, accm);
         vn_block(w, a, as, nr, ib + 1, kind, acc1, accm);
     }
     if (ib < nb) vn_block(w, a, as, nr, ib, kind, acc0, accm);
     VN_UNR for (int r = 0; r < nr; r++) {
-        const float s = vn_hsum(_mm256_add_ps(acc0[r], acc1[r]));
+        const float s = vn_hsum((Q81_ONE_CHAIN(kind) ? acc0[r] : _mm256_add_ps(acc0[r], acc1[r])));
         y[r * ys] = VN_Q80(kind) ? s : s + accm[r];
     }
 }

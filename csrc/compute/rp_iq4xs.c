@@ -1,5 +1,6 @@
 /* The IQ4_XS panel layout (rp_iq4xs.h): pack / unpack of one block column and the plain C panel kernel
- * (per element the operations rp_iq4xs.h gives: the generic IQ4_XS dot kernel's). */
+ * (per element the operations rp_iq4xs.h gives: the IQ4_XS dot kernels' 8-lane order). */
+#include <math.h>
 #include <string.h>
 
 #include "ub_compute.h"
@@ -56,10 +57,10 @@ static void unpack_iq4xs(const uint8_t *src, int c, uint8_t *blk) {
     }
 }
 
-/* The plain C panel kernel (rp_internal.h's contract): p: nb block columns; a: nr Q8_K rows. */
+/* The plain C panel kernel (rp_internal.h's contract): p: nb block columns; a: nr Q8_K rows; y[r * ys + c]. */
 static void panel_iq4xs_generic(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, int nr, float *y,
                                 int64_t ys) {
-    float acc[UB_MM_RT][P];
+    float acc[UB_MM_RT][P][8];
     memset(acc, 0, sizeof acc);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = p + ib * RP_XS_BB;
@@ -72,19 +73,22 @@ static void panel_iq4xs_generic(int64_t nb, const uint8_t *p, const uint8_t *a, 
         for (int r = 0; r < nr; r++) {
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             for (int c = 0; c < P; c++) {
-                int32_t isum = 0;
-                for (int s = 0; s < 8; s++) {
-                    int32_t d = 0;
-                    for (int e = 0; e < 32; e++) d += q[c][32 * s + e] * x->qs[32 * s + e];
-                    isum += (int8_t)b[RP_XS_SC + 16 * s + c] * d;
-                }
                 const float dw = ub_h2f((uint16_t)(b[RP_XS_D + 2 * c] | (b[RP_XS_D + 2 * c + 1] << 8)));
-                acc[r][c] += (dw * x->d) * (float)isum;
+                const float d = dw * x->d;
+                for (int j = 0; j < 8; j++) {
+                    int32_t lane = 0;
+                    for (int s = 0; s < 8; s++) {
+                        int32_t t = 0;
+                        for (int e = 32 * s + 4 * j; e < 32 * s + 4 * j + 4; e++) t += q[c][e] * x->qs[e];
+                        lane += (int8_t)b[RP_XS_SC + 16 * s + c] * t;
+                    }
+                    acc[r][c][j] = fmaf(d, (float)lane, acc[r][c][j]);
+                }
             }
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < P; c++) y[r * ys + c] = acc[r][c];
+        for (int c = 0; c < P; c++) y[r * ys + c] = ub_hsum8(acc[r][c]);
 }
 
 const ub_rp_layout ub_rp_iq4xs = {UB_T_IQ4_XS, P, RP_XS_BB, pack_iq4xs, unpack_iq4xs, panel_iq4xs_generic};

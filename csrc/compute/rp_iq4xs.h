@@ -11,12 +11,12 @@
  *   bytes 2080..2207: the sub-block scales decoded to int8 (6-bit scale - 32), sub-block s row c at 2080 + 16 s + c;
  *   bytes 2208..2239: zero.
  *
- * The operations per output element (every back-end): per super-block the exact int32
- * isum = sum_s sc[s] * (sum over sub-block s of value * x), then acc = acc + (d_w * d_x) * (float)isum (a
- * product, a product, an add: no fma) from acc = 0, super-blocks in order, y = acc. These are the plain C
- * IQ4_XS dot kernel's operations (mm_iq_generic.c DOT256), so the panels give the generic back-end's GGUF
- * bits, and every back-end's panel kernel gives those same bits (the SIMD dot kernels on the GGUF layout keep
- * their 8-lane sums: they differ in the last bits, as on the IQ4_NL panels). */
+ * The operations per output element (every back-end): per super-block 8 lanes, lane j (0..7) the exact int32
+ * sum over the sub-blocks s of sc[s] * (elements 32 s + 4 j .. 32 s + 4 j + 3 of value . x), and lane
+ * accumulator j = fma(d_w * d_x, (float)lane j, acc j) from 0, super-blocks in order; y = ub_hsum8(acc)
+ * (((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))). These are the IQ4_XS dot kernels' operations on every
+ * back-end (mm_iq_avx2.c body_iq4_xs, the AVX-512 GEMM tile, the plain C dot_iq4_xs) and ggml-cpu's x86
+ * vec_dot_iq4_xs_q8_K's, so panels and GGUF layout give the same bits, and llama.cpp's. */
 #ifndef UB_RP_IQ4XS_H
 #define UB_RP_IQ4XS_H
 
