@@ -186,7 +186,8 @@ INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const in
     }
 }
 
-/* even blocks into acc0, odd blocks into acc1 (two FMA chains per row), then acc0 + acc1, hsum, + mins */
+/* even blocks into acc0, odd blocks into acc1 (two FMA chains per row), then acc0 + acc1, hsum; Q4_1 / Q5_1:
+ * one chain, hsum, + the mins' fmaf chain (ggml-cpu's x86 vec_dot_q{4,5}_1_q8_1: llama.cpp's bits) */
 INL AVX2 void body_q32(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                        int64_t ys, const int kind) {
     __m256 acc0[UB_MM_RT], acc1[UB_MM_RT];
@@ -223,7 +224,8 @@ DISPATCH(dot_q8_0, B_Q8_0)
 DISPATCH(dot_q4_1, B_Q4_1)
 DISPATCH(dot_q5_1, B_Q5_1)
 
-/* ---- Q4_K / Q5_K against Q8_K ---- */
+/* ---- Q4_K / Q5_K against Q8_K (Q4_K: the mins as an 8-lane FNMA per block; Q5_K: as one exact int per block
+ * into a scalar fmaf chain added after the hsum, ggml-cpu's x86 vec_dot_q5_K_q8_K: llama.cpp's bits) ---- */
 
 /* The 8 sub-block scales (returned, byte j = scale j) and the 8 mins (*mins: 16 int16 lanes, each min twice)
  * of a Q4_K / Q5_K block, from the 12 packed bytes at s, in registers (an int16 array stored and reloaded as
@@ -246,7 +248,11 @@ INL AVX2 uint64_t scale_min_k4(const uint8_t *s, __m256i *mins) {
 INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                         int64_t ys, const int five) {
     __m256 acc[UB_MM_RT];
-    UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    float summ[UB_MM_RT];
+    UNR for (int r = 0; r < nr; r++) {
+        acc[r] = _mm256_setzero_ps();
+        summ[r] = 0.0f;
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
@@ -276,10 +282,13 @@ INL AVX2 void body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t 
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
+            if (five) /* Q5_K: the mins as ggml-cpu's x86 vec_dot_q5_K_q8_K, one exact int per block, a scalar FMA */
+                summ[r] = fmaf(-(dmw * x->d), (float)hsum_i32(mv), summ[r]);
+            else
+                acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
         }
     }
-    UNR for (int r = 0; r < nr; r++) y[r * ys] = hsum(acc[r]);
+    UNR for (int r = 0; r < nr; r++) y[r * ys] = five ? hsum(acc[r]) + summ[r] : hsum(acc[r]);
 }
 #define B_Q4_K(...) body_q45k(__VA_ARGS__, 0)
 #define B_Q5_K(...) body_q45k(__VA_ARGS__, 1)

@@ -26,6 +26,12 @@ INL AVX2 float hsum(__m256 a) {
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
 }
+/* the sum of 8 int32 lanes (exact as long as it fits, in any order) */
+INL AVX2 int32_t hsum_i32(__m256i a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
 INL AVX2 __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 /* signed w (any int8) . signed x (never -128) -> 8 int32 partial sums */
 INL AVX2 __m256i dot_s8(__m256i w, __m256i x) {

@@ -38,18 +38,24 @@ VN_INL void vk_gemm_q45k(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t
     const int bytes = five ? 176 : 144;
     const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     __m256 acc[VK_GC][VK_GR];
-    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) acc[c][r] = _mm256_setzero_ps();
+    float summ[VK_GC][VK_GR];
+    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) {
+        acc[c][r] = _mm256_setzero_ps();
+        summ[c][r] = 0.0f;
+    }
     for (int64_t ib = 0; ib < nb; ib++) {
         __m512i sumi[VK_GC][VK_GR];
         __m256i mins[VK_GC];
         __m256 dwv[VK_GC], dmv[VK_GC];
+        float dmw[VK_GC];
         VN_UNR for (int c = 0; c < VK_GC; c++) {
             const uint8_t *b = w + c * ws + ib * bytes;
             int16_t sc[8], mn16[16];
             vk_scale_min(b + 4, sc, mn16);
             mins[c] = _mm256_loadu_si256((const __m256i *)mn16);
             dwv[c] = _mm256_set1_ps(vn_h2f(b));
-            dmv[c] = _mm256_set1_ps(vn_h2f(b + 2));
+            dmw[c] = vn_h2f(b + 2);
+            dmv[c] = _mm256_set1_ps(dmw[c]);
             const uint8_t *qs = b + (five ? 48 : 16);
             const __m512i qh = five ? vk_join(vn_ld(b + 16), vn_ld(b + 16)) : _mm512_setzero_si512();
             VN_UNR for (int r = 0; r < VK_GR; r++) sumi[c][r] = _mm512_setzero_si512();
@@ -76,11 +82,15 @@ VN_INL void vk_gemm_q45k(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t
             VN_UNR for (int c = 0; c < VK_GC; c++) {
                 const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi[c][r]), _mm512_extracti64x4_epi64(sumi[c][r], 1));
                 acc[c][r] = _mm256_fmadd_ps(_mm256_mul_ps(dwv[c], dx), _mm256_cvtepi32_ps(s8), acc[c][r]);
-                acc[c][r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmv[c], dx), _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins[c])), acc[c][r]);
+                if (five) /* Q5_K: the mins as one exact int per block and a scalar FMA (mm_avx2.c body_q45k) */
+                    summ[c][r] = fmaf(-(dmw[c] * x->d), (float)vn_hsum_i32(_mm256_madd_epi16(bs, mins[c])), summ[c][r]);
+                else
+                    acc[c][r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmv[c], dx), _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins[c])), acc[c][r]);
             }
         }
     }
-    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++) y[r * ys + c] = vn_hsum(acc[c][r]);
+    VN_UNR for (int c = 0; c < VK_GC; c++) VN_UNR for (int r = 0; r < VK_GR; r++)
+        y[r * ys + c] = five ? vn_hsum(acc[c][r]) + summ[c][r] : vn_hsum(acc[c][r]);
 }
 
 VN_INL void vk_gemm_q6k_body(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,

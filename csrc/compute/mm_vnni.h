@@ -13,10 +13,13 @@
  * The operations per output element are the AVX2 kernels' (mm_avx2.c): per block, 8 int32 lanes, lane i the
  * exact sum of the 4 products of elements 4i..4i+3 (vpdpbusd sums the same four products maddubs + madd
  * sum; integers are exact, so the lanes are equal); one f32 product dw * dx and one FMA of the lanes into the
- * row's even-block or odd-block 8-lane accumulator; hsum(acc_even + acc_odd) at the end (+ the scalar chain
- * of mw * s in block order for the Q8_1 kinds). So these back-ends give bitwise the AVX2 back-end's results,
+ * row's even-block or odd-block 8-lane accumulator; hsum(acc_even + acc_odd) at the end (the Q8_1 kinds:
+ * one chain of every block, then hsum(acc) + the scalar fmaf chain of mw * s in block order, as ggml-cpu's x86
+ * vec_dot_q{4,5}_1_q8_1; Q5_K: its mins as one exact int per block into a scalar fmaf chain added after the
+ * hsum, as vec_dot_q5_K_q8_K). So these back-ends give bitwise the AVX2 back-end's results,
  * for 1 row or a tile of rows x columns alike (the tests check both). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "mm_internal.h"
@@ -47,6 +50,11 @@ VN_INL float vn_hsum(__m256 a) { /* the AVX2 kernels' horizontal sum, same order
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
+}
+VN_INL int32_t vn_hsum_i32(__m256i a) { /* the sum of 8 int32 lanes (exact: any order) */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
 }
 VN_INL __m256i vn_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 VN_INL uint32_t vn_rd32(const uint8_t *p) {
@@ -194,7 +202,11 @@ VN_INL uint64_t vn_scale_min_k4(const uint8_t *s, __m256i *mins) {
 VN_INL void vn_body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, const int nr, float *y,
                          int64_t ys, const int five) {
     __m256 acc[UB_MM_RT];
-    VN_UNR for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    float summ[UB_MM_RT];
+    VN_UNR for (int r = 0; r < nr; r++) {
+        acc[r] = _mm256_setzero_ps();
+        summ[r] = 0.0f;
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = w + ib * (five ? 176 : 144);
@@ -224,10 +236,13 @@ VN_INL void vn_body_q45k(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t
             const ub_act_q8_k *x = (const ub_act_q8_k *)(a + r * as) + ib;
             const __m256i mv = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), mins);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
+            if (five) /* Q5_K: the mins as ggml-cpu's x86 vec_dot_q5_K_q8_K, one exact int per block, a scalar FMA */
+                summ[r] = fmaf(-(dmw * x->d), (float)vn_hsum_i32(mv), summ[r]);
+            else
+                acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmw * x->d), _mm256_cvtepi32_ps(mv), acc[r]);
         }
     }
-    VN_UNR for (int r = 0; r < nr; r++) y[r * ys] = vn_hsum(acc[r]);
+    VN_UNR for (int r = 0; r < nr; r++) y[r * ys] = five ? vn_hsum(acc[r]) + summ[r] : vn_hsum(acc[r]);
 }
 
 /* y[r * ys] for r < nr: weight row w (nb Q6_K blocks; e in [0, 63], value e - 32, the -32 folded in exactly

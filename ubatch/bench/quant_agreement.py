@@ -172,10 +172,12 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="qwen2.5-0.5b,gemma3-270m")
     ap.add_argument("--types", default="IQ4_XS,IQ3_S")
     ap.add_argument("--record", default=None, help="also write llama.cpp's side here (DIR/<model>-<type>.npz/json)")
+    ap.add_argument("--json", default=None, help="write every file's agreement numbers to this JSON file")
     a = ap.parse_args(argv)
     from ubatch.bench import quantised
     from ubatch.model.model import Model
     fails = 0
+    results = []
     for name in a.models.split(","):
         for ft in a.types.split(","):
             path = str(quantised.path(name, ft))
@@ -185,6 +187,10 @@ def main(argv=None) -> int:
             c = compare(Model.from_gguf(path), rec)
             fails += not agrees(c)
             print(f"{name} {ft}: {'agrees' if agrees(c) else 'DISAGREES'} {c}", flush=True)
+            results.append(dict(model=name, type=ft, file=rec["file"], sha256=rec["sha256"], agrees=agrees(c), **c))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
     return 1 if fails else 0
 
 
