@@ -1,15 +1,17 @@
 """The repacked IQ4_XS panels (csrc/compute/rp_iq4xs.c, rp_xs_avx2.c, rp_xs_avx512.c): every back-end's panel
-kernel performs the plain C IQ4_XS dot kernel's operations (exact int32 super-block sums, then
-acc + (d_w * d_x) * isum), so on panel columns every back-end gives the generic back-end's GGUF-layout bits, at
-any row count, tile position and thread count; the tail rows after the last whole panel are that back-end's dot
-kernels; the panels give back the GGUF bytes and dequantise as gguf.quants does; bad shapes are refused.
-(test_repack.py's non-finite test and test_backends.py run on this layout too.)"""
+kernel performs the IQ4_XS dot kernels' 8-lane operations (lane j = the exact int32 sum over the sub-blocks of
+scale * elements 4j..4j+3, fma(d_w * d_x, lane, acc) per super-block, ggml's hsum_float_8 order: llama.cpp's x86
+vec_dot_iq4_xs_q8_K), so on panel columns every back-end gives the GGUF layout's bits, which are the same on every
+back-end (plain C included), at any row count, tile position and thread count; the tail rows after the last
+whole panel are that back-end's dot kernels; the panels give back the GGUF bytes and dequantise as gguf.quants
+does; bad shapes are refused. (test_repack.py's non-finite test and test_backends.py run on this layout too.)"""
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
 from ubatch._ffi import ffi, lib
 from ubatch.compute import matmul as mm
+from backends import BACKENDS
 from panel_checks import assert_rows_invariant, generic_bits, panel_x
 from matmul_ref import deq, random_weight, reference
 
@@ -52,6 +54,27 @@ def test_panels_give_the_generic_dot_kernels_bits(backend):
     assert_rows_invariant(x, wr, full, rng, other_first=True)
     y_ref, bound, _ = reference(XS, data, n_rows, k, x)
     assert (np.abs(full - y_ref) <= 2e-6 * (k // 32) * bound + 1e-30).all()
+
+
+def test_every_back_end_and_layout_gives_the_same_bits():
+    """IQ4_XS has one float sequence everywhere: the plain C, AVX2 and AVX-512 dot kernels / GEMM tiles on the GGUF
+    layout and every back-end's panels give the same bits (1..13 rows, a tail of 3 rows after the panels)."""
+    rng = np.random.default_rng(int(XS) + 83)
+    n_rows, k = 16 * 7 + 3, 1280
+    data = random_weight(XS, n_rows, k, rng)
+    x = panel_x(13, k, rng)
+    got = {}
+    try:
+        for be in BACKENDS:
+            mm.set_backend(be)
+            for rp in (True, False):
+                got[be, rp] = mm.matmul(x, mm.QWeight(int(XS), n_rows, k, data, repack=rp), n_threads=2)
+    finally:
+        mm.set_backend("auto")
+    assert len(got) >= 4 or BACKENDS == ["generic"], BACKENDS
+    first = next(iter(got.values()))
+    for key, y in got.items():
+        assert np.array_equal(y, first), key
 
 
 def test_large_scales_and_extreme_values(backend):
