@@ -12,7 +12,10 @@
  *   4. the back-end (generic, avx2, avxvnni or avx512) is fixed for the process unless ub_mm_set_backend changes it.
  * Work of one call: participants first quantise activation rows (row counter), wait until all rows are
  * quantised, then take column chunks; inside a chunk, row tiles of UB_MM_RT rows sweep the chunk's weight
- * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. */
+ * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. A GEMM
+ * tile with a row preparer (ub_mm_gemm.prep / fnr: the avx512 Q8_0 tile, mm_q8_tile.h) has its activation
+ * rows also prepared in phase 1, and inside a chunk each of its column tiles sweeps all of the call's whole
+ * row tiles (the tile's weight rows stay in L1); the rows left over then run as for the other tiles. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -68,7 +71,7 @@ int ub_mm_set_backend(int32_t b) {
 
 /* The GEMM tile of weight type t on back-end be ({NULL} when it has none). */
 static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
-    ub_mm_gemm g = {0, 0, 0, 0};
+    ub_mm_gemm g = {0};
     if (be == UB_MM_AVX512) g = ub_mm_gemm_avx512(t->type);
     if (be == UB_MM_AVXVNNI) g = ub_mm_gemm_avxvnni(t->type);
     if (!g.fn && !g.fn1 && be != UB_MM_GENERIC) /* NVFP4 / Q1_0 / Q2_0 decode tiles (avxvnni: the AVX2 build) */
@@ -133,6 +136,9 @@ typedef struct {
     int32_t act[UB_MM_MAXW];  /* the distinct activation kinds */
     int64_t arb[UB_MM_MAXW];  /* bytes of one activation row of each kind */
     uint8_t *xq[UB_MM_MAXW];  /* n quantised rows of each kind */
+    ub_mm_prep_fn prep[UB_MM_MAXW]; /* or NULL: the kind's rows are also prepared for a GEMM tile ... */
+    int64_t pnb[UB_MM_MAXW], prb[UB_MM_MAXW]; /* ... (pnb blocks a row) into prb bytes each ... */
+    uint8_t *xp[UB_MM_MAXW];        /* ... into xp */
     mm_part part[UB_MM_MAXW];
     int avx2;
     atomic_llong q_next, q_done, c_next;
@@ -168,6 +174,7 @@ static void mm_work(void *ctx, int w) {
         const int64_t a = t / J->n, i = t % J->n;
         if (J->avx2) ub_mm_quant_row_avx2(J->act[a], J->x + i * J->k, J->k, J->xq[a] + i * J->arb[a]);
         else ub_mm_quant_row_generic(J->act[a], J->x + i * J->k, J->k, J->xq[a] + i * J->arb[a]);
+        if (J->prep[a]) J->prep[a](J->pnb[a], J->xq[a] + i * J->arb[a], J->xp[a] + i * J->prb[a]);
         atomic_fetch_add(&J->q_done, 1);
     }
     for (int spins = 0; atomic_load(&J->q_done) < nq; spins++) { /* rows taken by others are being quantised */
@@ -188,7 +195,19 @@ static void mm_work(void *ctx, int w) {
             run_repacked(J, P, j0, j1);
             continue;
         }
-        for (int64_t i0 = 0; i0 < J->n;) {
+        int64_t i0 = 0;
+        if (P->gemm.fnr) { /* the rows of whole tiles over prepared rows: each column tile sweeps them all */
+            const int gr = P->gemm.gr, gc = P->gemm.gc;
+            const int64_t nt = J->n / gr * gr;
+            int64_t j = j0;
+            for (; j + gc <= j1; j += gc)
+                P->gemm.fnr(P->nb, P->w + j * P->row_bytes, P->row_bytes, J->xp[P->slot], J->prb[P->slot], nt, P->y + j, P->n_rows);
+            for (; j < j1; j++)
+                for (int64_t r0 = 0; r0 < nt; r0 += gr)
+                    P->dot(P->nb, P->w + j * P->row_bytes, J->xq[P->slot] + r0 * arb, arb, gr, P->y + r0 * P->n_rows + j, P->n_rows);
+            i0 = nt; /* the rows left: below */
+        }
+        while (i0 < J->n) {
             const uint8_t *a = J->xq[P->slot] + i0 * arb;
             float *yy = P->y + i0 * P->n_rows;
             if (P->gemm.fn1 && J->n - i0 < P->gemm.gr) { /* rows fewer than a tile: one row at a time, gc columns */
@@ -263,6 +282,13 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
         if (P->rp) P->panel = ub_rp_panel_for(be, P->rp), P->gemm.fn = P->gemm.fn1 = 0, P->gemm.gc = P->rp->L->rows;
         if (P->gemm.fn && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fn = 0; /* edges by dots of <= RT rows */
         if (P->gemm.gr > UB_MM_RT) P->gemm.fn1 = 0;
+        if (P->gemm.fnr && (P->gemm.gr > UB_MM_RT || n < P->gemm.gr)) P->gemm.fnr = 0;
+        if (!P->gemm.fnr) P->gemm.prep = 0;
+        if (P->gemm.prep) { /* one preparer per activation kind (a second, different one: that part's tile goes) */
+            if (!J.prep[P->slot])
+                J.prep[P->slot] = P->gemm.prep, J.pnb[P->slot] = P->nb, J.prb[P->slot] = P->gemm.prep_bytes(P->nb);
+            else if (J.prep[P->slot] != P->gemm.prep) P->gemm.fnr = 0, P->gemm.prep = 0;
+        }
         int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? 16384 : 131072) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
@@ -277,6 +303,7 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     for (int32_t a = 0; a < J.n_acts; a++) {
         J.arb[a] = ub_mm_act_row_bytes(J.act[a], k);
         q_bytes += (J.arb[a] * n + 63) & ~(int64_t)63;
+        if (J.prep[a]) q_bytes += J.prb[a] * n;
     }
     uint8_t *xq = malloc((size_t)q_bytes + 64);
     if (!xq) return UB_E_NOMEM;
@@ -284,6 +311,7 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
     for (int32_t a = 0; a < J.n_acts; a++) {
         J.xq[a] = xq + off;
         off += (J.arb[a] * n + 63) & ~(int64_t)63;
+        if (J.prep[a]) J.xp[a] = xq + off, off += J.prb[a] * n;
     }
     J.x = x;
     J.n = n;

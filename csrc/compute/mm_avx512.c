@@ -10,6 +10,9 @@
 #define VN_AVX512 1
 #define VN_SUFFIX(x) x##_avx512
 #include "mm_vnni.h"
+#include "mm_q8_tile.h"
+/* the driver steps the Q8_0 tile, the decode tile and the GEMM lookup's tile by one gc / gr */
+typedef char qt_shape_is_the_lookups[(QT_GC == VN_GC && QT_GR == VN_GR && QT_GC == VN_VC) ? 1 : -1];
 
 /* ---- AVX-512 GEMM tiles of the k-quants Q4_K / Q5_K / Q6_K (against Q8_K): VK_GC weight rows x VK_GR
  * activation rows. Per element the operations of the AVX2 dot kernel (mm_avx2.c body_q45k / body_q6k): the
@@ -205,12 +208,14 @@ VN void vk_gemm_q6_k(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
 }
 
 ub_mm_gemm ub_mm_gemm_avx512(int32_t type) {
-    ub_mm_gemm g = {0, VK_GC, VK_GR, 0};
+    ub_mm_gemm g = {0};
+    g.gc = VK_GC, g.gr = VK_GR;
     if (type == UB_T_Q4_K) g.fn = vk_gemm_q4_k;
     else if (type == UB_T_Q5_K) g.fn = vk_gemm_q5_k;
     else if (type == UB_T_Q6_K) g.fn = vk_gemm_q6_k;
     else if (type == UB_T_IQ4_XS) g.fn = vk_gemm_iq4_xs;
     else g = vn_gemm_lookup(type);
+    if (type == UB_T_Q8_0) g.fn = 0, g.fnr = qt_gemm_q8_0, g.prep = qt_prep, g.prep_bytes = qt_prep_bytes; /* mm_q8_tile.h */
     return g;
 }
 #else
@@ -220,7 +225,7 @@ ub_mm_dot_fn ub_mm_dot_avx512(int32_t type) {
 }
 ub_mm_gemm ub_mm_gemm_avx512(int32_t type) {
     (void)type;
-    ub_mm_gemm g = {0, 0, 0};
+    ub_mm_gemm g = {0};
     return g;
 }
 #endif

@@ -17,7 +17,7 @@ ub_mm_dot_fn ub_mm_dot_fp4_avx512(int32_t type) {
 }
 ub_mm_gemm ub_mm_gemm_fp4_avx512(int32_t type) {
     (void)type;
-    ub_mm_gemm g = {0, 0, 0, 0};
+    ub_mm_gemm g = {0};
     return g;
 }
 #endif

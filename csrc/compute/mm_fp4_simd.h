@@ -383,7 +383,8 @@ FS void fs_gemv_q1_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
  * driver hands fn1 exactly the rows left alone), FS_GC columns; {NULL} for the other types and NVFP4 (its
  * 4-column tile measured 0.7-0.95x its dot kernel at B = 1, on both builds: not kept). */
 ub_mm_gemm FS_SUFFIX(ub_mm_gemm_fp4)(int32_t type) {
-    ub_mm_gemm g = {0, FS_GC, 2, 0};
+    ub_mm_gemm g = {0};
+    g.gc = FS_GC, g.gr = 2;
     if (type == UB_T_Q1_0) g.fn1 = fs_gemv_q1_0;
     else if (type == UB_T_Q2_0) g.fn1 = fs_gemv_q2_0;
     else g.gc = g.gr = 0;

@@ -27,10 +27,19 @@ typedef void (*ub_mm_dot_fn)(int64_t nb, const uint8_t *w, const uint8_t *a, int
  * element is bitwise what the type's dot kernel of that back-end gives for that row alone. */
 typedef void (*ub_mm_gemm_fn)(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, float *y,
                               int64_t ys);
+/* An activation row preparer: one quantised row (nb blocks at xq, read only) -> out (prep_bytes(nb) bytes,
+ * caller-owned), the layout a GEMM tile with a prep reads instead of the quantised rows. */
+typedef void (*ub_mm_prep_fn)(int64_t nb, const uint8_t *xq, uint8_t *out);
 typedef struct {
     ub_mm_gemm_fn fn;
     int gc, gr;         /* columns (weight rows) and activation rows of a tile */
     ub_mm_gemm_fn fn1;  /* or NULL: a tile of gc columns x 1 row, for the rows fewer than gr (decode B = 1) */
+    /* or NULL: a tile over prepared rows (prep / prep_bytes set, fn NULL): y[r * ys + c] for r < nr (a
+     * multiple of gr), c < gc, from rows made by prep (row r at a + r * as, as = prep_bytes(nb), a multiple of
+     * 64); same contract per element as fn */
+    void (*fnr)(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a, int64_t as, int64_t nr, float *y, int64_t ys);
+    ub_mm_prep_fn prep;
+    int64_t (*prep_bytes)(int64_t nb);
 } ub_mm_gemm;
 /* Activation row quantiser: x: float[k] -> out (act row bytes). */
 typedef void (*ub_mm_quant_fn)(const float *x, int64_t k, uint8_t *out);

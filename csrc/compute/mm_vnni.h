@@ -520,7 +520,7 @@ VN void vn_gemm_mxfp4(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a
 
 /* The GEMM tile of the 32-block types here ({NULL} for the others; the including file exports its lookup). */
 static ub_mm_gemm vn_gemm_lookup(int32_t type) {
-    ub_mm_gemm g = {0, 0, 0, 0};
+    ub_mm_gemm g = {0};
 #if VN_AVX512
     g.gc = VN_GC;
     g.gr = VN_GR;
