@@ -1,5 +1,5 @@
 /* The AVX-512 panel kernels of Q4_K / Q6_K (layouts: rp_kquant.h): register tiles of 2 panel rows x nr
- * activation rows (nr 4..6: 12 zmm integer + 12 ymm float accumulators; 4 x 2..3 and 8 x 1 for fewer rows),
+ * activation rows (nr 4..6: 12 zmm integer + 12 ymm float accumulators; 4 x 2..3; nr = 1 row by row, kq_row1),
  * each 64-element chunk's weights one zmm (a masked nibble group; Q6_K: | its 2 high bits by one ternary-logic op), the sub-block scales put in
  * place by one vpermw from the block's pre-decoded scales, maddubs + vpdpwssd per chunk and row, the
  * activation chunk loaded once for both panel rows.
@@ -19,7 +19,7 @@
 #define KQ_TGT "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define KQ_INL static inline __attribute__((always_inline, target(KQ_TGT)))
 #define KQ_UNR _Pragma("GCC unroll 8")
-#define KQ_GC 8 /* the widest tile (nr = 1) */
+#define KQ_GC 4 /* the widest tile of kq_tile (nr = 2, 3) */
 
 KQ_INL float kq_h2f(const uint8_t *p) {
     uint16_t h;
@@ -102,12 +102,66 @@ KQ_INL void kq_tile(int64_t nb, const uint8_t *p, int c0, const int gc, const ui
     KQ_UNR for (int c = 0; c < gc; c++) KQ_UNR for (int r = 0; r < nr; r++) y[r * ys + c0 + c] = kq_hsum(acc[c][r]);
 }
 
-/* the 8 rows of a panel: one tile of 8 for 1 activation row (the panel streams once, in order: decode reads
- * it from DRAM), 2 of 4 for 2..3 rows, 4 of 2 beyond (the accumulators of 2 x 6 fill the registers). Each
- * element's operations are the same in every tile shape: only loads are shared. */
+/* y[c], c < 8: the 8 rows of panel p (nb block columns) . one Q8_K row a (nr = 1, decode). The rows' blocks
+ * are read one after the other in memory order, each row's 4 chunks summed before the next row's, the
+ * activation's 4 chunks, d and bsums loaded once per block column: few live registers (the 8 x 1 tile of
+ * kq_tile spilled its integer sums and accumulators to the stack: Q6_K 896 x 4864 from L3 ~27 -> ~29.5 GB/s,
+ * 1.08-1.14x; Q4_K ~1.02x). Per element the operations of kq_tile. */
+KQ_INL void kq_row1(int64_t nb, const uint8_t *p, const uint8_t *a, float *y, const int six) {
+    const int bb = six ? RP_Q6K_BYTES : RP_Q4K_BYTES;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const long long h1 = 0x0001000100010001LL, h2 = 2 * h1, h3 = 3 * h1;
+    const __m512i sel = six ? _mm512_set_epi64(h3, h3, h2, h2, h1, h1, 0, 0) : _mm512_set_epi64(h1, h1, h1, h1, 0, 0, 0, 0);
+    __m512i selc[4];
+    KQ_UNR for (int ch = 0; ch < 4; ch++) selc[ch] = _mm512_add_epi16(sel, _mm512_set1_epi16((short)((six ? 4 : 2) * ch)));
+    __m256 acc[RP_KQ_P];
+    KQ_UNR for (int c = 0; c < RP_KQ_P; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        for (int l = 0; l < RP_KQ_P * bb; l += 64) _mm_prefetch((const char *)(p + (ib + 2) * RP_KQ_P * bb + l), _MM_HINT_T0);
+        const ub_act_q8_k *x = (const ub_act_q8_k *)a + ib;
+        __m512i xv[4];
+        KQ_UNR for (int ch = 0; ch < 4; ch++) xv[ch] = _mm512_loadu_si512((const void *)(x->qs + 64 * ch));
+        const __m256 dx = _mm256_broadcast_ss(&x->d);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)x->bsums);
+        for (int c = 0; c < RP_KQ_P; c++) {
+            const uint8_t *blk = p + (ib * RP_KQ_P + c) * bb;
+            const __m512i scz = six ? _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2))))
+                                    : _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(blk + 4))));
+            __m512i sumi = _mm512_setzero_si512();
+            KQ_UNR for (int ch = 0; ch < 4; ch++) {
+                const __m512i g = _mm512_loadu_si512((const void *)(blk + (six ? 18 : 20) + 64 * (ch >> 1)));
+                const __m512i lo = _mm512_and_si512((ch & 1) ? _mm512_srli_epi16(g, 4) : g, m4);
+                __m512i q = lo;
+                if (six) {
+                    const __m512i hb = _mm512_loadu_si512((const void *)(blk + 146));
+                    const __m512i hi = ch == 3 ? _mm512_srli_epi16(hb, 2) : _mm512_slli_epi16(hb, 4 - 2 * ch);
+                    q = _mm512_ternarylogic_epi32(lo, hi, m30, 0xF8);
+                }
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, xv[ch]), _mm512_permutexvar_epi16(selc[ch], scz));
+            }
+            const __m256 dwv = _mm256_set1_ps(kq_h2f(blk));
+            __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+            if (six) {
+                s8 = _mm256_sub_epi32(s8, _mm256_slli_epi32(_mm256_madd_epi16(bs, _mm512_castsi512_si256(scz)), 5));
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, dx), _mm256_cvtepi32_ps(s8), acc[c]);
+            } else {
+                const __m128i mn8 = _mm_loadl_epi64((const __m128i *)(blk + 12));
+                const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
+                const __m256 dmv = _mm256_set1_ps(kq_h2f(blk + 2));
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dwv, dx), _mm256_cvtepi32_ps(s8), acc[c]);
+                acc[c] = _mm256_fnmadd_ps(_mm256_mul_ps(dmv, dx), _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), acc[c]);
+            }
+        }
+    }
+    KQ_UNR for (int c = 0; c < RP_KQ_P; c++) y[c] = kq_hsum(acc[c]);
+}
+
+/* the 8 rows of a panel for nr >= 2 activation rows (nr = 1: kq_row1): 2 tiles of 4 for 2..3 rows, 4 of 2
+ * beyond (the accumulators of 2 x 6 fill the registers). Each element's operations are the same in every
+ * tile shape: only loads are shared. */
 KQ_INL void kq_panel(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, const int nr, float *y, int64_t ys,
                      const int six) {
-    const int gc = nr == 1 ? 8 : nr <= 3 ? 4 : 2;
+    const int gc = nr <= 3 ? 4 : 2;
     for (int c0 = 0; c0 < RP_KQ_P; c0 += gc) kq_tile(nb, p, c0, gc, a, as, nr, y, ys, six);
 }
 
@@ -115,7 +169,7 @@ KQ_INL void kq_panel(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as,
     static __attribute__((target(KQ_TGT))) void NAME(int64_t nb, const uint8_t *p, const uint8_t *a,       \
                                                       int64_t as, int nr, float *y, int64_t ys) {           \
         switch (nr) {                                                                                        \
-        case 1: kq_panel(nb, p, a, as, 1, y, ys, SIX); break;                                                \
+        case 1: kq_row1(nb, p, a, y, SIX); break;                                                            \
         case 2: kq_panel(nb, p, a, as, 2, y, ys, SIX); break;                                                \
         case 3: kq_panel(nb, p, a, as, 3, y, ys, SIX); break;                                                \
         case 4: kq_panel(nb, p, a, as, 4, y, ys, SIX); break;                                                \
