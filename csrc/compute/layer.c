@@ -16,6 +16,7 @@
 #include "ub_moe.h"
 #include "lw_util.h"
 #include "ub_pool.h"
+#include "act_simd.h"
 
 #include <stdatomic.h>
 
@@ -240,7 +241,8 @@ done:
 
 /* table: float[65536]; g, u, y: float[n] (y may alias g or u). */
 void ub_gelu_table_mul(const float *table, const float *g, const float *u, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
+    /* the SIMD back-ends: the same per lane, 8 at a time (act_simd.c); the tail here */
+    for (int64_t i = n > 0 ? ub_gelu_table_mul_simd(table, g, u, y, n, ub_mm_backend()) : 0; i < n; i++) {
         const float a = g[i];
         const float act = a >= 10.0f ? a : a <= -10.0f ? 0.0f : table[ub_f2h(a)];
         y[i] = act * u[i];

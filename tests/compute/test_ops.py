@@ -229,3 +229,44 @@ def test_attention_visible_head_split_bitwise(backend, kv_dtype):
             one = ops.attention_visible(q[i:i + 1].copy(), k, v, rs[:1], np.array([0, lens[i]], np.int32),
                                         cells[off[i]:off[i + 1]].copy(), scale=0.2, n_threads=nt)
             assert np.array_equal(one[0], full[i])
+
+
+def _gelu_tab(table, g, u):
+    from ubatch._ffi import ffi, lib
+    y = np.empty_like(g)
+    fb = lambda a: ffi.from_buffer("float[]", a)  # noqa: E731
+    lib.ub_gelu_table_mul(fb(table), fb(g), fb(u), fb(y), g.size)
+    return y
+
+
+def test_gelu_table_simd_lanes_bitwise_plain_c(backend):
+    """The SIMD back-ends' table GeGLU (act_simd.c: vcvtps2ph + gather) reads the plain C loop's entry (ub_f2h)
+    for every gate: f16 rounding ties, half subnormals, the +-10 cut-offs, NaN / inf; a random table so a
+    wrong index shows; every lane position and the scalar tail."""
+    from ubatch.compute import matmul as mm
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal(65536).astype(np.float32)
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(invalid="ignore"):                               # the NaN halves
+        ties = (halves[:-1].astype(np.float64) + halves[1:]) / 2      # exactly between two halves
+    ties = ties[np.isfinite(ties) & (np.abs(ties) < 12)].astype(np.float32)
+    g = np.concatenate([rng.uniform(-11, 11, 6000), rng.standard_normal(2000) * 1e-5, ties[::7],
+                        np.nextafter(ties[::11], np.float32(np.inf)), [10.0, -10.0, np.nextafter(np.float32(10), 0),
+                        np.nextafter(np.float32(-10), 0), 0.0, -0.0, np.inf, -np.inf, np.nan, 6e-8, -3e-8, 2.98e-8]])
+    g = g.astype(np.float32)
+    u = rng.standard_normal(g.size).astype(np.float32)
+    got = _gelu_tab(table, g, u)
+    mm.set_backend("generic")
+    try:
+        ref = _gelu_tab(table, g, u)
+        parts = [_gelu_tab(table, g[s:s + 21].copy(), u[s:s + 21].copy()) for s in range(40)]
+    finally:
+        mm.set_backend(backend)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), \
+        f"{backend}: {int((got.view(np.uint32) != ref.view(np.uint32)).sum())} elements differ from plain C"
+    for s in range(40):
+        assert np.array_equal(_gelu_tab(table, g[s:s + 21].copy(), u[s:s + 21].copy()).view(np.uint32),
+                              parts[s].view(np.uint32))
+    h = g[np.abs(g) < 10].astype(np.float16)   # numpy's f16 rounding: the entry each gate must read
+    want = table[h.view(np.uint16).astype(np.int64)] * u[np.abs(g) < 10]
+    assert np.array_equal(ref[np.abs(g) < 10], want)
