@@ -54,6 +54,17 @@ def test_panels_give_the_generic_dot_kernels_bits(backend):
     assert (np.abs(full - y_ref) <= 2e-6 * (k // 32) * bound + 1e-30).all()
 
 
+def test_long_rows_cross_the_correction_runs(backend):
+    """137 blocks a row: the 4..6-row tiles take their -16 * sum(x) starts in runs of 64 blocks, 8 per reduction
+    tree and one by one after (rp_q5_avx512.c q5_body_cs); 13 rows = tiles of 6, 6 and 1: the generic bits."""
+    rng = np.random.default_rng(int(Q5) + 83)
+    n_rows, k = 32, 32 * 137
+    data = random_weight(Q5, n_rows, k, rng)
+    w = mm.QWeight(int(Q5), n_rows, k, data, repack=True)
+    x = panel_x(13, k, rng)
+    assert np.array_equal(mm.matmul(x, w), generic_bits(Q5, x, data, n_rows, k, backend))
+
+
 def test_extreme_values(backend):
     """Every 5-bit code, codes -16 / +15 everywhere, activations at +-127, large and tiny scales: the int32 sums
     stay exact (panel = generic), odd block counts (a last block without a pair)."""
