@@ -26,6 +26,21 @@ XS_INL __m512i xs_bc32(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
+/* d[r] = the 16 rows' f16 d of block column b times activation row r's d of super-block ib, r < nr */
+XS_INL void xs_dprod(const uint8_t *b, const uint8_t *a, int64_t as, int64_t ib, const int nr, __m512 *d) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(b + RP_XS_D)));
+    XS_UNR for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(dw, _mm512_set1_ps(((const ub_act_q8_k *)(a + r * as) + ib)->d));
+}
+
+/* y[r * ys + c] = hsum_float_8's order over the 8 lane accumulators acc[r][0..7] of rows c < 16, r < nr */
+XS_INL void xs_store(__m512 (*acc)[8], const int nr, float *y, int64_t ys) {
+    XS_UNR for (int r = 0; r < nr; r++) {
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
+                                       _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
+        _mm512_storeu_ps(y + r * ys, t);
+    }
+}
+
 /* y[r * ys + c], c < 16, r < nr: panel p (nb block columns of 2240 bytes) . Q8_K rows a + r * as (read only).
  * Unsigned bytes u = value + 128 (one vpshufb of the nibbles through the values ^ 0x80) against the activation's
  * 4-byte group broadcast, vpdpbusd started from -128 * (the group's sum, corr below), give the exact int32 dot
@@ -51,9 +66,8 @@ XS_INL void xs_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, 
         }
         __m512i sc[8]; /* sub-block s: the 16 rows' scales as int32 */
         XS_UNR for (int s = 0; s < 8; s++) sc[s] = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(b + RP_XS_SC + 16 * s)));
-        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(b + RP_XS_D)));
         __m512 d[UB_MM_RT];
-        XS_UNR for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(dw, _mm512_set1_ps(((const ub_act_q8_k *)(a + r * as) + ib)->d));
+        xs_dprod(b, a, as, ib, nr, d);
         for (int j = 0; j < 8; j++) { /* lane j: elements 4 j .. 4 j + 3 of every sub-block */
             __m512i lane[UB_MM_RT];
             XS_UNR for (int r = 0; r < nr; r++) lane[r] = _mm512_setzero_si512();
@@ -69,11 +83,7 @@ XS_INL void xs_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, 
             XS_UNR for (int r = 0; r < nr; r++) acc[r][j] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(lane[r]), acc[r][j]);
         }
     }
-    XS_UNR for (int r = 0; r < nr; r++) {
-        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
-                                       _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
-        _mm512_storeu_ps(y + r * ys, t);
-    }
+    xs_store(acc, nr, y, ys);
 }
 
 /* The same y as xs_body for the wider row tiles (nr >= 4: its per-row work is the same 3 instructions, the
@@ -89,14 +99,13 @@ XS_INL void xs_body_s(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as
     XS_UNR for (int r = 0; r < nr; r++) XS_UNR for (int j = 0; j < 8; j++) acc[r][j] = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = p + ib * RP_XS_BB;
+        __m512 d[UB_MM_RT];
+        xs_dprod(b, a, as, ib, nr, d);
         __m512i sc2[8]; /* sub-block s: the 16 rows' scales as int16 pairs (sc, sc) */
         XS_UNR for (int s = 0; s < 8; s++) {
             const __m512i v = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(b + RP_XS_SC + 16 * s)));
             sc2[s] = _mm512_or_si512(_mm512_and_si512(v, lo16), _mm512_slli_epi32(v, 16));
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(b + RP_XS_D)));
-        __m512 d[UB_MM_RT];
-        XS_UNR for (int r = 0; r < nr; r++) d[r] = _mm512_mul_ps(dw, _mm512_set1_ps(((const ub_act_q8_k *)(a + r * as) + ib)->d));
         for (int j = 0; j < 8; j++) { /* lane j: elements 4 j .. 4 j + 3 of every sub-block */
             __m512i lane[UB_MM_RT];
             XS_UNR for (int r = 0; r < nr; r++) lane[r] = _mm512_setzero_si512();
@@ -116,11 +125,7 @@ XS_INL void xs_body_s(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as
             XS_UNR for (int r = 0; r < nr; r++) acc[r][j] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(lane[r]), acc[r][j]);
         }
     }
-    XS_UNR for (int r = 0; r < nr; r++) {
-        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
-                                       _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
-        _mm512_storeu_ps(y + r * ys, t);
-    }
+    xs_store(acc, nr, y, ys);
 }
 
 /* one out-of-line function per body and row count (each its own frame and register allocation) */
