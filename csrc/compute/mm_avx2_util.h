@@ -58,16 +58,6 @@ INL AVX2 __m256i nibbles32(const uint8_t *p) { /* the 16 bytes in both halves, t
     return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
-#define DISPATCH(NAME, BODY)                                                                                \
-    static AVX2 void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
-        switch (nr) {                                                                                       \
-        case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
-        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
-        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
-        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
-        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
-        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
-        }                                                                                                   \
-    }
+#define DISPATCH(NAME, BODY) UB_DOT_BY_ROWS(static AVX2, NAME, BODY)
 
 #endif

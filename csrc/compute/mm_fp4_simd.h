@@ -391,17 +391,7 @@ ub_mm_gemm FS_SUFFIX(ub_mm_gemm_fp4)(int32_t type) {
     return g;
 }
 
-#define FS_DISPATCH(NAME, BODY)                                                                             \
-    FS void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
-        switch (nr) {                                                                                       \
-        case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
-        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
-        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
-        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
-        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
-        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
-        }                                                                                                   \
-    }
+#define FS_DISPATCH(NAME, BODY) UB_DOT_BY_ROWS(FS, NAME, BODY)
 FS_DISPATCH(fs_dot_nvfp4, fs_body_nvfp4)
 FS_DISPATCH(fs_dot_q1_0, fs_body_q1_0)
 FS_DISPATCH(fs_dot_q2_0, fs_body_q2_0)

@@ -7,6 +7,21 @@
 
 #define UB_MM_RT 6 /* activation rows per dot-kernel call (the row tile: one weight load serves them all) */
 
+/* Defines the dot kernel NAME (declared DECL, e.g. `static AVX2`; signature as ub_mm_dot_fn below) by calling
+ * BODY(nb, w, a, as, NR, y, ys) with NR a compile-time constant 1..UB_MM_RT, so that each row count gets its
+ * own unrolled body (an always-inline BODY). Reads and writes only what BODY does. */
+#define UB_DOT_BY_ROWS(DECL, NAME, BODY)                                                                    \
+    DECL void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y, int64_t ys) { \
+        switch (nr) {                                                                                       \
+        case 1: BODY(nb, w, a, as, 1, y, ys); break;                                                        \
+        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                        \
+        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                        \
+        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                        \
+        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                        \
+        default: BODY(nb, w, a, as, 6, y, ys); break;                                                       \
+        }                                                                                                   \
+    }
+
 /* Quantised activation blocks (ubatch's own layout; the numbers are ggml-cpu's). d and s are the
  * fp16-rounded values, stored decoded as float. */
 typedef struct { float d; int8_t qs[32]; } ub_act_q8_0;              /* d = fp16(max|x| / 127) */
