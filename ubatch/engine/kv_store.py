@@ -25,6 +25,21 @@ def check_type(name: str, t: str, head_dim: int) -> None:
                          f"(llama.cpp refuses it too)")
 
 
+def _committed_zeros(shape: Tuple[int, ...], dtype) -> np.ndarray:
+    """A zero array whose pages are all written (resident) already."""
+    a = np.empty(shape, dtype)
+    a.fill(0)
+    return a
+
+
+def _runs(sel: np.ndarray) -> List[Tuple[int, int]]:
+    """The sorted cell indices sel as maximal [lo, hi) runs of consecutive cells."""
+    if sel.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(sel) != 1) + 1
+    return [(int(r[0]), int(r[-1]) + 1) for r in np.split(sel, cut)]
+
+
 class KVStore:
     def __init__(self, layers: Sequence[int], *, n_stream: int, kv_size: int, n_head_kv: int, head_dim: int,
                  type_k: str = "f32", type_v: str = "f32") -> None:
@@ -40,8 +55,12 @@ class KVStore:
         def shape(t: str):
             last = self.head_dim if kv_quant.is_plain(t) else kv_quant.row_bytes(t, self.head_dim)
             return (self.n_stream, self.kv_size, self.n_head_kv, last)
-        self.k: Dict[int, np.ndarray] = {l: np.zeros(shape(type_k), KV_TYPES[type_k]) for l in self.layers}
-        self.v: Dict[int, np.ndarray] = {l: np.zeros(shape(type_v), KV_TYPES[type_v]) for l in self.layers}
+        # zeroed by writing, so every page is committed now, as llama.cpp clears its KV buffer when the context
+        # is made: np.zeros leaves large buffers as untouched zero pages, and a decode that first writes them
+        # (a seq_cp fork copying a prompt into 31 fresh streams: Gemma 3 270M, per-sequence KV) stalled on the
+        # page faults (130-520 ms in that decode, Zen 3 VM)
+        self.k: Dict[int, np.ndarray] = {l: _committed_zeros(shape(type_k), KV_TYPES[type_k]) for l in self.layers}
+        self.v: Dict[int, np.ndarray] = {l: _committed_zeros(shape(type_v), KV_TYPES[type_v]) for l in self.layers}
         self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
         self._ptrs: Dict[Tuple[int, str], object] = {}
 
@@ -90,7 +109,9 @@ class KVStore:
             row = a[s].reshape(self.kv_size, -1)
             w = next(t for t in (np.uint64, np.uint32, np.uint16, np.uint8)
                      if row.shape[1] * row.itemsize % np.dtype(t).itemsize == 0)
-            live |= row.view(w).any(axis=1)
+            words = row.view(w)
+            if np.count_nonzero(words):   # the per-cell reduction only where some byte is set (4x slower)
+                live |= words.any(axis=1)
         return live
 
     def copy_streams(self, pairs: Sequence[Tuple[int, int]], undo: Optional[list] = None) -> None:
@@ -110,8 +131,9 @@ class KVStore:
             if undo is not None:
                 keep = np.flatnonzero(live[dst])
                 undo.append(("copy", dst, sel, keep, [a[dst, keep] for a in self._data()], self.pos[dst].copy()))
-            for a in self._data():
-                a[dst, sel] = a[src, sel]
+            for lo, hi in _runs(sel):   # slices: one memcpy per run and buffer, no temporary
+                for a in self._data():
+                    a[dst, lo:hi] = a[src, lo:hi]
             self.pos[dst] = self.pos[src]
             live[dst] = live[src].copy()
 
