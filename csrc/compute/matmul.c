@@ -13,9 +13,9 @@
  * Work of one call: participants first quantise activation rows (row counter), wait until all rows are
  * quantised, then take column chunks; inside a chunk, row tiles of UB_MM_RT rows sweep the chunk's weight
  * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. A GEMM
- * tile with a row preparer (ub_mm_gemm.prep / fnr: the avx512 Q8_0 tile, mm_q8_tile.h) has its activation
- * rows also prepared in phase 1, and inside a chunk each of its column tiles sweeps all of the call's whole
- * row tiles (the tile's weight rows stay in L1); the rows left over then run as for the other tiles. */
+ * tile with a row preparer (ub_mm_gemm.prep / fnr: the Q8_0 tiles, avx512 mm_q8_tile.h and avx2
+ * mm_q8_tile_avx2.c) has its activation rows also prepared in phase 1, and inside a chunk each of its column
+ * tiles sweeps all of the call's whole row tiles (the tile's weight rows stay in L1); the rows left over then run as for the other tiles. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -74,7 +74,8 @@ static ub_mm_gemm gemm_for(int be, const ub_mm_type *t) {
     ub_mm_gemm g = {0};
     if (be == UB_MM_AVX512) g = ub_mm_gemm_avx512(t->type);
     if (be == UB_MM_AVXVNNI) g = ub_mm_gemm_avxvnni(t->type);
-    if (!g.fn && !g.fn1 && be != UB_MM_GENERIC) /* NVFP4 / Q1_0 / Q2_0 decode tiles (avxvnni: the AVX2 build) */
+    if (be == UB_MM_AVX2) g = ub_mm_gemm_avx2(t->type);
+    if (!g.fn && !g.fn1 && !g.fnr && be != UB_MM_GENERIC) /* NVFP4 / Q1_0 / Q2_0 decode tiles (avxvnni: the AVX2 build) */
         g = be == UB_MM_AVX512 ? ub_mm_gemm_fp4_avx512(t->type) : ub_mm_gemm_fp4_avx2(t->type);
     return g;
 }

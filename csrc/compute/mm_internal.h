@@ -87,6 +87,7 @@ ub_mm_dot_fn ub_mm_dot_avx512(int32_t type);
 ub_mm_dot_fn ub_mm_dot_fp4_avx2(int32_t type);
 ub_mm_dot_fn ub_mm_dot_fp4_avx512(int32_t type);
 /* The GEMM tile of a weight type on a back-end ({NULL, 0, 0} when it has none: the dot kernels do it all). */
+ub_mm_gemm ub_mm_gemm_avx2(int32_t type); /* Q8_0 only: mm_q8_tile_avx2.c */
 ub_mm_gemm ub_mm_gemm_avxvnni(int32_t type);
 ub_mm_gemm ub_mm_gemm_avx512(int32_t type);
 /* The decode tiles (fn1 only) of NVFP4, Q1_0, Q2_0 (mm_fp4_simd.h: the AVX2 build for the avx2 and avxvnni

@@ -28,7 +28,7 @@ def test_decode_tile_is_the_dot_kernel_bitwise(t, nb):
     x[2] *= 1e-3
     x[4, :5] = 40.0
     try:
-        mm.set_backend("avx2")   # no tiles: the dot kernel for every element
+        mm.set_backend("avx2")   # the dot kernel (and its Q8_0 tile: the same bits, test_q8_tile.py)
         want = mm.matmul(x, w, n_threads=1)
         mm.set_backend("avx512")
         for n in (1, 2, 3, 4, 5, 6, 7, 8):
