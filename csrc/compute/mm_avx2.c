@@ -152,11 +152,15 @@ INL AVX2 __m256i kv_table(const int kind) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(kind == 5 ? ub_iq4nl_kv : ub_mxfp4_kv)));
 }
 
+/* B = 1 streams the weights from memory: each call prefetches this far ahead of the block it reads (the rows of
+ * a chunk are contiguous, so past the row's end this is the next rows'; a prefetch never faults) */
+#define UB_AVX2_PF 2048
 /* one block ib of every row of the tile into acc[] (and accm[] for the Q8_1 kinds) */
 INL AVX2 void q32_block(const uint8_t *w, const uint8_t *a, int64_t as, const int nr, int64_t ib, const int kind,
                         __m256 *acc, float *accm) {
     static const int bytes[7] = {18, 22, 34, 20, 24, 18, 17};
     const uint8_t *b = w + ib * bytes[kind];
+    if (nr == 1 && (ib & 1) == 0) _mm_prefetch((const char *)(b + UB_AVX2_PF), _MM_HINT_T0);
     __m256i q;
     if (kind == 0) q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
     else if (kind == 1) /* (nib | bit << 4) - 16 = nib - (bit ? 0 : 16) */
