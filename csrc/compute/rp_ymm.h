@@ -36,6 +36,13 @@ RP_INL void rp_ymm_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t 
     RP_UNR for (int r = 0; r < g; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = p + ib * 288;
+#if !RP_VNNI
+        /* one row (B = 1) streams the panels from memory: the block column 6 ahead, 1.7 KB (past the panel's
+         * end the next panel's start; a prefetch never faults). 40 DRAM-resident 4864 x 896 matrices, 1 thread,
+         * Zen 3: 13.7 -> 17.3 GB/s (2 columns ahead: 5 % faster, 8: 16.3) */
+        if (g == 1)
+            for (int l = 0; l < 288; l += 64) _mm_prefetch((const char *)(b + 6 * 288 + l), _MM_HINT_T0);
+#endif
         __m256i init[3];
         RP_UNR for (int r = 0; r < g; r++) {
 #if RP_VNNI
