@@ -131,21 +131,12 @@ INL AVX2 void kq_row1(int64_t nb, const uint8_t *p, const uint8_t *a, float *y, 
     UNR for (int c = 0; c < RP_KQ_P; c++) y[c] = hsum(acc[c]);
 }
 
-/* the panel kernels: kq_row1 for one activation row, the bodies for 2..6 */
-#define KQ_BY_ROWS(NAME, BODY, SIX)                                                                          \
-    static AVX2 void NAME(int64_t nb, const uint8_t *w, const uint8_t *a, int64_t as, int nr, float *y,      \
-                          int64_t ys) {                                                                      \
-        switch (nr) {                                                                                        \
-        case 1: kq_row1(nb, w, a, y, SIX); break;                                                            \
-        case 2: BODY(nb, w, a, as, 2, y, ys); break;                                                         \
-        case 3: BODY(nb, w, a, as, 3, y, ys); break;                                                         \
-        case 4: BODY(nb, w, a, as, 4, y, ys); break;                                                         \
-        case 5: BODY(nb, w, a, as, 5, y, ys); break;                                                         \
-        default: BODY(nb, w, a, as, 6, y, ys); break;                                                        \
-        }                                                                                                    \
-    }
-KQ_BY_ROWS(kq_panel_q4k, kq_q4k_body, 0)
-KQ_BY_ROWS(kq_panel_q6k, kq_q6k_body, 1)
+/* the panel kernels: kq_row1 for one activation row (nr a constant in each case of the dispatch), the bodies
+ * for 2..6 */
+#define KQ_Q4K(nb, w, a, as, nr, y, ys) ((nr) == 1 ? kq_row1(nb, w, a, y, 0) : kq_q4k_body(nb, w, a, as, nr, y, ys))
+#define KQ_Q6K(nb, w, a, as, nr, y, ys) ((nr) == 1 ? kq_row1(nb, w, a, y, 1) : kq_q6k_body(nb, w, a, as, nr, y, ys))
+DISPATCH(kq_panel_q4k, KQ_Q4K)
+DISPATCH(kq_panel_q6k, KQ_Q6K)
 
 ub_rp_panel_fn ub_rp_kq_avx2(int32_t type) {
     return type == UB_T_Q4_K ? kq_panel_q4k : type == UB_T_Q6_K ? kq_panel_q6k : 0;
