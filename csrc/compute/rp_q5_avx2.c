@@ -109,10 +109,14 @@ Q5_INL __m256i q5y_isum1(const uint8_t *b, const int s, const ub_act_q8_0 *x, in
 /* y[c], c < 16: panel p (nb block columns, read only) . one Q8_0 row a, for B = 1: the bodies' operations per
  * element, block columns in order with both halves each (the panel streams once; the bodies' two passes per
  * chunk of K were 15 % slower on a DRAM-resident weight) */
+#define Q5_PF 6 /* 2.1 KB; 40 DRAM-resident 4864 x 896 matrices, 1 thread, Zen 3: none 14.1, 3 15.5, 4 17.5, 6 18.2 GB/s */
 Q5_INL void q5y_row1(int64_t nb, const uint8_t *p, const uint8_t *a, float *y) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t *b = p + ib * RP_Q5_BB;
+        /* one row streams the panels from memory: the block column Q5_PF ahead (past the panel's end the next
+         * panel's start; a prefetch never faults) */
+        for (int l = 0; l < RP_Q5_BB; l += 64) _mm_prefetch((const char *)(b + Q5_PF * RP_Q5_BB + l), _MM_HINT_T0);
         const ub_act_q8_0 *x = (const ub_act_q8_0 *)a + ib;
         const int32_t corr = q5y_corr(x->qs);
         const __m256 dx = _mm256_set1_ps(x->d);
