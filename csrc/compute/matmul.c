@@ -15,7 +15,8 @@
  * rows, so each weight block is loaded from memory once per chunk and reused from cache by every tile. A GEMM
  * tile with a row preparer (ub_mm_gemm.prep / fnr: the Q8_0 tiles, avx512 mm_q8_tile.h and avx2
  * mm_q8_tile_avx2.c) has its activation rows also prepared in phase 1, and inside a chunk each of its column
- * tiles sweeps all of the call's whole row tiles (the tile's weight rows stay in L1); the rows left over then run as for the other tiles. */
+ * tiles sweeps all of the call's whole row tiles (the tile's weight rows stay in L1); the rows left over then
+ * run as for the other tiles. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>

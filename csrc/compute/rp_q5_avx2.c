@@ -39,6 +39,32 @@ Q5_INL __m256i q5y_hi(__m256i hp, const int g) {
     return _mm256_and_si256(_mm256_srli_epi16(hp, g - 4), b4);
 }
 
+/* e[g], g < 8: group g (elements 4g .. 4g + 3 of rows 8s .. 8s + 7, codes e in [0, 31]) of block column b
+ * (read only) */
+Q5_INL void q5y_codes(const uint8_t *b, const int s, __m256i e[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i hp = _mm256_loadu_si256((const __m256i *)(b + RP_Q5_H + 32 * s));
+    Q5_UNR for (int h = 0; h < 4; h++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * s));
+        e[2 * h] = _mm256_or_si256(_mm256_and_si256(raw, m4), q5y_hi(hp, 2 * h));
+        e[2 * h + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), q5y_hi(hp, 2 * h + 1));
+    }
+}
+
+/* the exact int32 sums of (e - 16) * x of the 8 rows (corr = -16 * sum(x)): 4 maddubs summed in int16 (each
+ * <= 7936 in magnitude, four <= 31744: exact) and one madd by ones per 4 groups */
+Q5_INL __m256i q5y_isum(const __m256i e[8], const ub_act_q8_0 *x, int32_t corr) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i isum = _mm256_set1_epi32(corr);
+    Q5_UNR for (int q = 0; q < 2; q++) { /* groups 4q .. 4q + 3 in int16 */
+        __m256i t = _mm256_maddubs_epi16(e[4 * q], q5y_bc32(x->qs + 16 * q));
+        Q5_UNR for (int g = 1; g < 4; g++)
+            t = _mm256_add_epi16(t, _mm256_maddubs_epi16(e[4 * q + g], q5y_bc32(x->qs + 16 * q + 4 * g)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(t, ones));
+    }
+    return isum;
+}
+
 /* y[r * ys + c], c < 16, r < NR: panel p (nb block columns of 352 bytes, read only) . Q8_0 rows a + r * as.
  * K is taken in chunks of Q5_CH blocks: first each (block, row)'s -16 * sum(x) into a small stack table, then
  * the half s = 0 (panel rows 0..7) over the chunk's blocks, then s = 1; the partial accumulators wait in y
@@ -48,7 +74,6 @@ Q5_INL __m256i q5y_hi(__m256i hp, const int g) {
 #define Q5_CH 64
 Q5_INL void q5y_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as, const int NR, float *y,
                      int64_t ys) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     int32_t corr[Q5_CH][UB_MM_RT];
     for (int64_t i0 = 0; i0 < nb; i0 += Q5_CH) {
         const int n = nb - i0 < Q5_CH ? (int)(nb - i0) : Q5_CH;
@@ -62,22 +87,11 @@ Q5_INL void q5y_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as,
             for (int i = 0; i < n; i++) {
                 const uint8_t *b = p + (i0 + i) * RP_Q5_BB;
                 const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + RP_Q5_D + 16 * s)));
-                const __m256i hp = _mm256_loadu_si256((const __m256i *)(b + RP_Q5_H + 32 * s));
-                __m256i e[8]; /* group g: elements 4g .. 4g + 3 of rows 8s .. 8s + 7 */
-                Q5_UNR for (int h = 0; h < 4; h++) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * s));
-                    e[2 * h] = _mm256_or_si256(_mm256_and_si256(raw, m4), q5y_hi(hp, 2 * h));
-                    e[2 * h + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), q5y_hi(hp, 2 * h + 1));
-                }
+                __m256i e[8];
+                q5y_codes(b, s, e);
                 Q5_UNR for (int r = 0; r < NR; r++) {
                     const ub_act_q8_0 *x = (const ub_act_q8_0 *)(a + r * as) + i0 + i;
-                    __m256i isum = _mm256_set1_epi32(corr[i][r]);
-                    Q5_UNR for (int q = 0; q < 2; q++) { /* groups 4q .. 4q + 3 in int16 */
-                        __m256i t = _mm256_maddubs_epi16(e[4 * q], q5y_bc32(x->qs + 16 * q));
-                        Q5_UNR for (int g = 1; g < 4; g++)
-                            t = _mm256_add_epi16(t, _mm256_maddubs_epi16(e[4 * q + g], q5y_bc32(x->qs + 16 * q + 4 * g)));
-                        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(t, ones));
-                    }
+                    const __m256i isum = q5y_isum(e, x, corr[i][r]);
                     acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x->d)), _mm256_cvtepi32_ps(isum)));
                 }
             }
@@ -86,24 +100,11 @@ Q5_INL void q5y_body(int64_t nb, const uint8_t *p, const uint8_t *a, int64_t as,
     }
 }
 
-/* rows 8s .. 8s + 7 of block column b (read only) . Q8_0 block x: the exact int32 sums of (e - 16) * x, the
- * half's 8 groups of codes decoded first */
+/* rows 8s .. 8s + 7 of block column b (read only) . Q8_0 block x: the exact int32 sums of (e - 16) * x */
 Q5_INL __m256i q5y_isum1(const uint8_t *b, const int s, const ub_act_q8_0 *x, int32_t corr) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i hp = _mm256_loadu_si256((const __m256i *)(b + RP_Q5_H + 32 * s));
-    __m256i isum = _mm256_set1_epi32(corr);
-    Q5_UNR for (int q = 0; q < 2; q++) { /* groups 4q .. 4q + 3 in int16 */
-        __m256i t = _mm256_setzero_si256();
-        Q5_UNR for (int h = 2 * q; h < 2 * q + 2; h++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * s));
-            const __m256i el = _mm256_or_si256(_mm256_and_si256(raw, m4), q5y_hi(hp, 2 * h));
-            const __m256i eh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), q5y_hi(hp, 2 * h + 1));
-            t = _mm256_add_epi16(t, _mm256_maddubs_epi16(el, q5y_bc32(x->qs + 8 * h)));
-            t = _mm256_add_epi16(t, _mm256_maddubs_epi16(eh, q5y_bc32(x->qs + 8 * h + 4)));
-        }
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(t, ones));
-    }
-    return isum;
+    __m256i e[8];
+    q5y_codes(b, s, e);
+    return q5y_isum(e, x, corr);
 }
 
 /* y[c], c < 16: panel p (nb block columns, read only) . one Q8_0 row a, for B = 1: the bodies' operations per
