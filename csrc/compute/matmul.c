@@ -237,7 +237,9 @@ static void mm_work(void *ctx, int w) {
     }
 }
 
-/* Bytes of weight rows per thread chunk. Decode-sized calls (n <= UB_MM_RT) stream each weight byte once:
+/* Bytes of weight rows per thread chunk. Decode-sized calls (n <= UB_MM_RT), and the GEMM tiles over prepared
+ * rows (ub_mm_gemm.fnr: each column tile sweeps every row, so nothing is reused across a chunk), stream each
+ * weight byte once:
  * 1 MB chunks keep each thread's stream long enough for the hardware prefetchers (16 KB chunks taken in turn
  * by two threads ran a DRAM-sized lm head slower on 2 threads than on 1: Gemma's 178 MB Q8_0 head 11.1 ms vs
  * 9.4 ms, 5.4 ms with 1 MB chunks; Zen 4, quiet). Calls with more rows reuse each chunk from cache. The
@@ -299,7 +301,7 @@ int ub_matmul_multi(const float *x, int64_t n, int64_t k, int32_t n_w, const uin
                 J.prep[P->slot] = P->gemm.prep, J.pnb[P->slot] = P->nb, J.prb[P->slot] = P->gemm.prep_bytes(P->nb);
             else if (J.prep[P->slot] != P->gemm.prep) P->gemm.fnr = 0, P->gemm.prep = 0;
         }
-        int64_t ch = P->row_bytes ? (n <= UB_MM_RT ? UB_MM_CHUNK_DECODE : UB_MM_CHUNK_BATCH) / P->row_bytes : 1;
+        int64_t ch = P->row_bytes ? (n <= UB_MM_RT || P->gemm.fnr ? UB_MM_CHUNK_DECODE : UB_MM_CHUNK_BATCH) / P->row_bytes : 1;
         const int64_t bal = (P->n_rows + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads);
         if (ch > bal) ch = bal;
         if (P->gemm.fn || P->gemm.fn1 || P->rp) ch = (ch + P->gemm.gc - 1) / P->gemm.gc * P->gemm.gc; /* whole tiles / panels */

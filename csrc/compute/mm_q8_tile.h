@@ -15,7 +15,8 @@
  *     the weight scales converted once per call (qt_dw) and the activation scales of the prepared rows;
  *   - -128 * lanesum(x), the codes and dx of each activation row are made once per call (qt_prep), not per
  *     tile; the QT_GC weight rows stay in L1 while the row tiles sweep them;
- *   - the weight rows of the tile after next and its output lines are prefetched.
+ *   - the weight rows UB_MM_TILE_PF bytes ahead are prefetched, a share before each row tile (mm_internal.h),
+ *     and the output lines of the tile after next.
  * Why (docs/kernels.md "The Q8_0 GEMM tile"): vn_gemm_body ran ~90-100 GFLOP/s per core on every shape
  * (4864 x 896 as the lm head 262144 x 640): of its ~175 instructions per block pair and tile, 64 are the
  * arithmetic; the rest built the scale and weight/activation vectors (inserts, broadcasts, f16 converts). */
@@ -108,13 +109,13 @@ VN void qt_gemm_q8_0(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a,
                      int64_t ys) {
     float dw[QT_GC][QT_DWMAX] __attribute__((aligned(64)));
     float sc[QT_GC][QT_GR][QT_SEG] __attribute__((aligned(64)));
-    /* the weight rows of the tile after next, and the output lines it writes (hints: never a fault) */
-    for (int64_t p = 0; p < QT_GC * ws; p += 64) _mm_prefetch((const char *)(w + 2 * QT_GC * ws + p), _MM_HINT_T0);
+    /* the output lines of the tile after next (a hint: never a fault) */
     for (int64_t r = 0; r < nr; r++) __builtin_prefetch(y + r * ys + 2 * QT_GC, 1, 3);
     const int once = nb <= QT_DWMAX;
     if (once) qt_dw(w, ws, nb, dw);
     for (int64_t r0 = 0; r0 + QT_GR <= nr; r0 += QT_GR) {
         const uint8_t *ar = a + r0 * as;
+        ub_mm_tile_prefetch(w, QT_GC * ws, r0 / QT_GR, nr / QT_GR); /* the weights UB_MM_TILE_PF ahead */
         __m256 acc0[QT_GC][QT_GR], acc1[QT_GC][QT_GR];
         VN_UNR for (int c = 0; c < QT_GC; c++) VN_UNR for (int r = 0; r < QT_GR; r++) acc0[c][r] = acc1[c][r] = _mm256_setzero_ps();
         for (int64_t s0 = 0; s0 < nb; s0 += QT_SEG) {

@@ -14,7 +14,8 @@
  *     contiguous in the prepared rows: each FMA takes its scale as a broadcast load, no vmulps per block;
  *   - each weight block is loaded and made |w| once for the tile's Q2_GR rows, each activation block once
  *     for its Q2_GC columns; the Q2_GC weight rows stay in L1 while the row tiles sweep them;
- *   - the weight rows of the tile after next and its output lines are prefetched.
+ *   - the weight rows UB_MM_TILE_PF bytes ahead are prefetched, a share before each row tile (mm_internal.h),
+ *     and the output lines of the tile after next.
  * Why (docs/kernels.md "Batched path"): the dot kernel's vpmaddubsw, vpmaddwd, vmulps and vfmadd231ps per
  * (block, row) all issue on the same two pipes of Zen 3 (2 cycles per 32 MACs at best); without the vmulps
  * 3 of them remain. */
@@ -111,14 +112,14 @@ INL AVX2 void q2_gemm(int64_t nb, const uint8_t *w, int64_t ws, const uint8_t *a
                       int64_t ys, const int gc, const int gr) {
     float dw[Q2_GC][Q2_DWMAX] __attribute__((aligned(32)));
     float sc[Q2_GC * Q2_GR][Q2_SEG] __attribute__((aligned(32)));
-    /* the weight rows of the tile after next, and the output lines it writes (hints: never a fault) */
-    for (int64_t p = 0; p < gc * ws; p += 64) _mm_prefetch((const char *)(w + 2 * gc * ws + p), _MM_HINT_T0);
+    /* the output lines of the tile after next (a hint: never a fault) */
     for (int64_t r = 0; r < nr; r++) __builtin_prefetch(y + r * ys + 2 * gc, 1, 3);
     const int once = nb <= Q2_DWMAX;
     const int64_t qo = 4 * q2_nb8(nb);
     if (once) q2_dw(w, ws, nb, gc, dw);
     for (int64_t r0 = 0; r0 + gr <= nr; r0 += gr) {
         const uint8_t *ar = a + r0 * as;
+        ub_mm_tile_prefetch(w, gc * ws, r0 / gr, nr / gr); /* the weights UB_MM_TILE_PF ahead */
         __m256 acc0[Q2_GC * Q2_GR], acc1[Q2_GC * Q2_GR];
         UNR for (int e = 0; e < gc * gr; e++) acc0[e] = acc1[e] = _mm256_setzero_ps();
         for (int64_t s0 = 0; s0 < nb; s0 += Q2_SEG) {

@@ -3,9 +3,19 @@ ubatch.memory). Per layer it serves, `k[il]` / `v[il]`: float32|float16[n_stream
 (cells never written hold zeros; a bf16 / quantised type is kept as uint8[n_stream, kv_size, n_head_kv,
 row_bytes] of its blocks, written and read through ubatch.compute.kv_quant), plus `pos`: int32[n_stream, kv_size], the position each cell's K was
 rotated for (-1 = never written), kept through stream copies and K-shifts so the runner can apply the
-sliding-window test itself. Everything here is whole-array numpy work (no Python loop per cell)."""
+sliding-window test itself. Everything here is whole-array numpy work (no Python loop per cell).
+
+Shared reads of copied cells: a stream copy (a per-sequence fork of a prompt) leaves dst's cells holding the
+bytes of src's. Each cell carries a content tag (equal tags = the same bytes in every K/V buffer: every write
+gives its cells fresh tags, a stream copy copies them) and the flat cell its bytes were copied from
+(`canon`). `shared_lists` rewrites a ubatch's visible-cell lists so that a cell whose tag still agrees with its
+source's is read there: B forked sequences then read one copy of their common prompt instead of B (cache
+traffic), and every result is bitwise the same, as the bytes are. Every write into k / v / pos goes through
+this class (or the fused layer's write of a ubatch's cells, which the runner marks first with
+mark_written); UBATCH_KV_SHARE=0 turns the shared reads off."""
 from __future__ import annotations
 
+import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -63,6 +73,53 @@ class KVStore:
         self.v: Dict[int, np.ndarray] = {l: _committed_zeros(shape(type_v), KV_TYPES[type_v]) for l in self.layers}
         self.pos = np.full((self.n_stream, self.kv_size), -1, np.int32)
         self._ptrs: Dict[Tuple[int, str], object] = {}
+        n = self.n_stream * self.kv_size
+        self._tag = np.zeros(n, np.int64)               # content tag per flat cell (all zero bytes: tag 0)
+        self._canon = np.arange(n, dtype=np.int64)      # the flat cell this one's bytes were copied from
+        self._next_tag = 1
+        self._aliased = False                           # some cell's canon is not itself (a stream was copied)
+
+    # ---- content tags (the module docstring) --------------------------------------------------------
+    def mark_written(self, flat_cells: Optional[np.ndarray] = None) -> None:
+        """The flat cells (int[m]; None = every cell) were (or are about to be) overwritten: fresh tags, so no
+        other cell reads them in their place and they read only themselves. Always safe to call more often."""
+        if flat_cells is None:
+            n = self._tag.size
+            self._tag[:] = np.arange(self._next_tag, self._next_tag + n, dtype=np.int64)
+            self._canon[:] = np.arange(n, dtype=np.int64)
+            self._next_tag += n
+            self._aliased = False
+            return
+        flat = np.asarray(flat_cells, np.int64).reshape(-1)
+        self._tag[flat] = np.arange(self._next_tag, self._next_tag + flat.size, dtype=np.int64)
+        self._canon[flat] = flat
+        self._next_tag += flat.size
+
+    def _copy_tags(self, src: int, dst: int) -> None:
+        """Stream dst now holds a bitwise copy of stream src: its tags are src's, each cell's source src's
+        source while their tags agree, else src's cell."""
+        kv = self.kv_size
+        s0, d0 = src * kv, dst * kv
+        c, t = self._canon[s0:s0 + kv], self._tag[s0:s0 + kv]
+        self._canon[d0:d0 + kv] = np.where(self._tag[c] == t, c, np.arange(s0, s0 + kv, dtype=np.int64))
+        self._tag[d0:d0 + kv] = t
+        self._aliased = True
+
+    def shared_lists(self, lists: tuple) -> Optional[tuple]:
+        """(row_stream, off, cells) of some rows -> the same lists over the store seen as one stream of
+        n_stream * kv_size cells (row_stream all 0, cells flat), each cell replaced by its source cell where
+        their tags agree (the same bytes); None when no cell would move (or sharing is off)."""
+        rs, off, cells = lists
+        n = self._tag.size
+        if not self._aliased or not cells.size or n > np.iinfo(np.int32).max or \
+                os.environ.get("UBATCH_KV_SHARE", "1") == "0":
+            return None
+        flat = np.repeat(rs.astype(np.int64), np.diff(off)) * self.kv_size + cells
+        c = self._canon[flat]
+        moved = (c != flat) & (self._tag[c] == self._tag[flat])
+        if not moved.any():
+            return None
+        return np.zeros_like(rs), off, np.where(moved, c, flat).astype(np.int32)
 
     def ptr(self, layer: int, which: str):
         """A cffi pointer to the data of k[layer] / v[layer] (which = "k" / "v"); the arrays are never
@@ -135,6 +192,7 @@ class KVStore:
                 for a in self._data():
                     a[dst, lo:hi] = a[src, lo:hi]
             self.pos[dst] = self.pos[src]
+            self._copy_tags(src, dst)
             live[dst] = live[src].copy()
 
     def shift(self, delta: Optional[np.ndarray], rope: Callable[[int], Tuple[int, int, float, float]],
@@ -143,6 +201,7 @@ class KVStore:
         With undo (a list), a record of the shifted cells' K rows and of pos is appended first (undo_op)."""
         if delta is None or not delta.any():
             return
+        self.mark_written(np.flatnonzero(delta.ravel()))
         if undo is not None:
             sel = np.flatnonzero(delta.ravel())
             undo.append(("shift", sel, [self.k[l].reshape(self.n_stream * self.kv_size, -1)[sel]
@@ -175,8 +234,10 @@ class KVStore:
                 a[dst, sel] = 0
                 a[dst, keep] = old
             self.pos[dst] = pos
+            self.mark_written(np.arange(dst * self.kv_size, (dst + 1) * self.kv_size))
         else:
             _, sel, rows, pos = rec
+            self.mark_written(sel)
             for l, old in zip(self.layers, rows):
                 self.k[l].reshape(self.n_stream * self.kv_size, -1)[sel] = old
             np.copyto(self.pos, pos)
@@ -190,15 +251,18 @@ class KVStore:
             raise ValueError("snapshot does not match this store's K/V buffers")
         for dst, src in zip(cur, snap):
             np.copyto(dst, src)
+        self.mark_written()
 
     def clear(self) -> None:
         for a in self._arrays():
             a.fill(0)
         self.pos.fill(-1)
+        self.mark_written()
 
     def write(self, layer: int, flat_cells: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         """K/V rows (float32[m, n_head_kv, head_dim]) of layer into the flat cells (stream * kv_size + cell,
         int64[m]): numpy assignment for f32 / f16, one quantising C call per buffer otherwise."""
+        self.mark_written(flat_cells)
         for t, buf, x in ((self.type_k, self.k[layer], k), (self.type_v, self.v[layer], v)):
             if kv_quant.is_plain(t):
                 buf.reshape(self.n_stream * self.kv_size, self.n_head_kv, -1)[flat_cells] = x
@@ -215,6 +279,7 @@ class KVStore:
 
     def restore_cells(self, saved) -> None:
         sidx, cells, data, pos = saved
+        self.mark_written((np.asarray(sidx, np.int64) * self.kv_size + np.asarray(cells, np.int64)).reshape(-1))
         for l, (ko, vo) in zip(self.layers, data):
             self.k[l][sidx, cells] = ko
             self.v[l][sidx, cells] = vo

@@ -71,6 +71,8 @@ class _Where:
             self.mask = mask
         self.sidx = np.broadcast_to(streams[:, None].astype(np.intp), cells.shape)
         self.dst = flat.reshape(-1)                       # int64[n]: flat cell of each ubatch row
+        store.mark_written(self.dst)                      # before the lists are shared (KVStore.shared_lists)
+        self._shared: Dict[int, tuple] = {}
 
     @staticmethod
     def _lists(vis, n: int, what: str) -> Optional[tuple]:
@@ -87,6 +89,15 @@ class _Where:
         pos = np.ascontiguousarray(self.store.pos[self.streams.astype(np.intp)][:, :self.n_kv])
         off, cells = cops.visible_cells(mask, pos)
         return np.repeat(self.streams, self.per).astype(np.int32), off, cells
+
+    def reads(self, lists: tuple) -> Tuple[tuple, bool]:
+        """The lists the attention reads: (lists, False), or (the store's shared_lists of them, True: cells
+        flat over the store seen as one stream); made once per ubatch and list."""
+        got = self._shared.get(id(lists))
+        if got is None:
+            sh = self.store.shared_lists(lists)
+            got = self._shared[id(lists)] = (lists, (lists, False) if sh is None else (sh, True))
+        return got[1]
 
     def visible(self, pos_q: Optional[np.ndarray] = None, n_swa: int = 0) -> tuple:
         """The rows' lists; with pos_q / n_swa those of the sliding layers run on this (full) cache: the
@@ -116,25 +127,28 @@ class Step:
         self.n_threads = runner.n_threads
         self._kv: Dict[tuple, tuple] = {}
 
-    def _visible(self, il: int) -> Tuple[_Where, tuple]:
-        """Layer il's placement and its rows' visible-cell lists (row_stream, off, cells)."""
+    def _visible(self, il: int) -> Tuple[_Where, tuple, bool]:
+        """Layer il's placement, the visible-cell lists (row_stream, off, cells) its attention reads, and
+        whether those are flat over the store seen as one stream (_Where.reads)."""
         m = self.runner.model
         if not (m.n_swa > 0 and m.swa_layers[il]):
-            return self.base, self.base.visible()
-        if self.swa is not None:
-            return self.swa, self.swa.visible()
-        return self.base, self.base.visible(self.pos[0], m.n_swa)
+            w, vis = self.base, self.base.visible()
+        elif self.swa is not None:
+            w, vis = self.swa, self.swa.visible()
+        else:
+            w, vis = self.base, self.base.visible(self.pos[0], m.n_swa)
+        return (w, *w.reads(vis))
 
     def fused_kv(self, il: int):
         """Layer il's ub_layer_kv (ub_layer_forward's K/V and attention inputs); the struct of a (placement,
         lists) is built once per ubatch, only the K/V pointers change per layer."""
-        w, vis = self._visible(il)
+        w, vis, flat = self._visible(il)
         key = (id(w), id(vis))
         ent = self._kv.get(key)
         if ent is None:
             st = w.store
             c = ffi.new("ub_layer_kv *")
-            c.n_stream, c.kv_size = st.n_stream, st.kv_size
+            c.n_stream, c.kv_size = (1, st.n_stream * st.kv_size) if flat else (st.n_stream, st.kv_size)
             bufs = [w.dst, *vis]
             ptrs = [ffi.from_buffer("int64_t[]", w.dst)] + [
                 ffi.from_buffer("int32_t[]", a) if a.size else ffi.new("int32_t[1]") for a in vis]
@@ -151,12 +165,15 @@ class Step:
         """Attention of layer il over each row's visible cells in ascending position order (so the result
         does not depend on where the cells sit, on other sequences or on n_ubatch); softcap > 0: scores
         soft-capped before the scale (gemma2)."""
-        w, vis = self._visible(il)
+        w, vis, one = self._visible(il)
         st = w.store
         n, n_head, hd = q.shape
         flat = (np.asarray(w.sidx, np.int64) * st.kv_size + np.asarray(w.cells, np.int64)).ravel()
         st.write(il, flat, k, v)
-        o = cops.attention_visible(np.ascontiguousarray(q, np.float32), st.k[il], st.v[il], *vis,
+        ka, va = st.k[il], st.v[il]
+        if one:   # the lists index the store as one stream (_Where.reads)
+            ka, va = (a.reshape((1, st.n_stream * st.kv_size) + a.shape[2:]) for a in (ka, va))
+        o = cops.attention_visible(np.ascontiguousarray(q, np.float32), ka, va, *vis,
                                    scale=float(scale), softcap=float(softcap), n_threads=self.n_threads,
                                    k_type=st.type_k, v_type=st.type_v)
         return o.reshape(n, n_head * hd)
@@ -263,6 +280,13 @@ class ModelRunner:
             raise ValueError("snapshot does not match this runner's K/V buffers")
         for dst, src in zip(self.k + self.v + [st.pos for st in self.stores], list(ks) + list(vs) + list(ps)):
             np.copyto(dst, src)
+        self.mark_written()
+
+    def mark_written(self) -> None:
+        """Every store's K/V bytes were written from outside KVStore (restore_kv, a state load): no cell is
+        read in place of another until it is copied again (KVStore.mark_written)."""
+        for st in self.stores:
+            st.mark_written()
 
     def save_cells(self, place: Placement) -> object:
         """A copy of the K/V data of the cells `place` (and place.swa) is about to write (for restore_cells)."""

@@ -150,6 +150,8 @@ def set_state(c, buf) -> int:
         for a in arrays:
             np.copyto(a, np.frombuffer(sec["kvdata"], a.dtype, a.size, off).reshape(a.shape))
             off += a.nbytes
+        if c.ctx._runner is not None:
+            c.ctx._runner.mark_written()
         c.outputs_changed()
         c.restored = outputs
     return len(memoryview(buf).cast("B"))
@@ -333,6 +335,7 @@ def _place_run(c, mem, runner, dest, pos, saved) -> None:
                 hit = (j < len(spos)) & (spos[np.minimum(j, len(spos) - 1)] == ub_pos) if len(spos) else \
                     np.zeros(len(ub_pos), bool)
                 rows = j[hit]
+                st.mark_written(streams[hit].astype(np.int64) * st.kv_size + cells[hit])
                 for n_l, l in enumerate(st.layers):
                     st.k[l][streams[hit], cells[hit]] = ks[n_l][rows]
                     st.v[l][streams[hit], cells[hit]] = vs[n_l][rows]
