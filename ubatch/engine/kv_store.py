@@ -201,9 +201,9 @@ class KVStore:
         With undo (a list), a record of the shifted cells' K rows and of pos is appended first (undo_op)."""
         if delta is None or not delta.any():
             return
-        self.mark_written(np.flatnonzero(delta.ravel()))
+        sel = np.flatnonzero(delta.ravel())   # the shifted flat cells
+        self.mark_written(sel)
         if undo is not None:
-            sel = np.flatnonzero(delta.ravel())
             undo.append(("shift", sel, [self.k[l].reshape(self.n_stream * self.kv_size, -1)[sel]
                                         for l in self.layers], self.pos.copy()))
         for l in self.layers:
@@ -216,7 +216,6 @@ class KVStore:
                                    ext=ext[0] if ext else None)
                 continue
             # bf16 / quantised K (llama.cpp: dequantise, rotate, quantise again): the shifted cells only
-            sel = np.flatnonzero(delta.ravel())
             flat = self.k[l].reshape(self.n_stream * self.kv_size, -1)
             rows = kv_quant.dequantize_rows(self.type_k, flat[sel], self.n_head_kv * self.head_dim)
             rows = rows.reshape(sel.size, self.n_head_kv, self.head_dim)
